@@ -1,0 +1,49 @@
+"""Developer entry points: ``nox -s tests``, ``nox -s conformance``, ``nox -s lint``, ...
+
+Every session installs what it needs into its own venv, pinning torch through
+``constraints/torch.txt`` (an unpinned torch pulls a multi-GB CUDA build).
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "tests", "conformance"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+CONSTRAINTS = ("-c", "constraints/torch.txt")
+TEST_DEPS = ("pytest>=8.4", "pytest-xdist>=3.6", "numpy>=1.26", "coverage>=7.10")
+
+
+def _install_project(session: nox.Session, *extra: str, torch: bool = True) -> None:
+    deps = [*TEST_DEPS, *extra]
+    if torch:
+        deps.append("torch")
+    session.install(*CONSTRAINTS, *deps)
+    session.install(*CONSTRAINTS, "-e", ".")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Self-tests of every layer (reference, harness, plugin, suite machinery)."""
+    _install_project(session)
+    session.run("pytest", "-n", "auto", "-p", "no:cacheprovider", "tests", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def conformance(session: nox.Session) -> None:
+    """Judge an implementation (default: the reference); reports in reports/conformance/."""
+    _install_project(session)
+    session.run("python", "-m", "tpbcast.conformance", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff, mypy --strict and the import-linter layer contract."""
+    session.install(*CONSTRAINTS, "ruff", "mypy", "import-linter", "pytest>=8.4", "numpy>=1.26")
+    session.install(*CONSTRAINTS, "-e", ".")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+    session.run("lint-imports")
