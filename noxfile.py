@@ -42,7 +42,9 @@ def conformance(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, mypy --strict and the import-linter layer contract."""
     session.install(*CONSTRAINTS, "ruff", "mypy", "import-linter", "pytest>=8.4", "numpy>=1.26")
-    session.install(*CONSTRAINTS, "-e", ".")
+    # A regular (not editable) install: import-linter's graph builder finds the
+    # `tpbcast` namespace on disk, which setuptools' editable import hook hides.
+    session.install(*CONSTRAINTS, ".")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
