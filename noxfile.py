@@ -47,5 +47,5 @@ def lint(session: nox.Session) -> None:
     session.install(*CONSTRAINTS, ".")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("mypy")
+    session.run("python", "tools/typecheck.py")
     session.run("lint-imports")
