@@ -49,3 +49,22 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     session.run("python", "tools/typecheck.py")
     session.run("lint-imports")
+
+
+@nox.session(python=PYTHON)
+def coverage(session: nox.Session) -> None:
+    """Self-tests under coverage, counting lines executed in forked ranks."""
+    _install_project(session)
+    session.run("coverage", "erase")
+    session.run("coverage", "run", "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider",
+                "tests", *session.posargs)
+    session.run("coverage", "combine")
+    session.run("coverage", "report")
+    session.run("coverage", "html", "-d", "reports/coverage")
+
+
+@nox.session(python=PYTHON)
+def spec(session: nox.Session) -> None:
+    """Regenerate conformance/SPEC.md from conformance/clauses.toml."""
+    session.install("-e", ".")
+    session.run("python", "-m", "tpbcast.conformance.spec", "--write")
