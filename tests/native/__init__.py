@@ -1,0 +1,1 @@
+"""Tests of the native (C via ctypes) example adapter."""

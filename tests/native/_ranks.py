@@ -1,0 +1,104 @@
+"""Rank bodies shared by the native tests (each runs inside a forked child)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import socket
+import struct
+import time
+from typing import Any
+
+from tpbcast.conformance.adapters.native import NativeBroadcastError, make
+
+SIZES = (0, 1, 7, 4097, 1 << 20)
+SHORT = 20.0  # deadlines generous enough for a 4x oversubscribed 2-core box
+
+
+def payload(seed: int, size: int) -> bytes:
+    return random.Random(seed * 1_000_003 + size).randbytes(size)
+
+
+def error_details(exc: NativeBroadcastError) -> dict[str, Any]:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "rank": exc.rank,
+        "peer": exc.peer,
+        "phase": exc.phase,
+        "errno_name": exc.errno_name,
+        "bytes_done": exc.bytes_done,
+        "bytes_total": exc.bytes_total,
+        "elapsed": exc.elapsed,
+        "mro": [c.__name__ for c in type(exc).__mro__],
+    }
+
+
+def native(connect: float = SHORT, init: float = SHORT, io: float = SHORT) -> Any:
+    b = make()
+    b.set_deadlines(connect=connect, init=init, io=io)
+    return b
+
+
+def roundtrip_rank(
+    rank: int, world: int, base: str, seed: int, sizes: tuple[int, ...] = SIZES
+) -> list[str]:
+    """Broadcast each size once; return the sha256 of what this rank holds after."""
+    b = native()
+    b.initialize(rank, world, base)
+    digests = []
+    try:
+        for size in sizes:
+            if rank == 0:
+                buf = bytearray(payload(seed, size))
+            else:
+                buf = bytearray(b"\xee" * size)
+            b.broadcast(buf, root=0)
+            digests.append(hashlib.sha256(buf).hexdigest())
+    finally:
+        b.reset()
+    return digests
+
+
+def expected_digests(seed: int, sizes: tuple[int, ...] = SIZES) -> list[str]:
+    return [hashlib.sha256(payload(seed, s)).hexdigest() for s in sizes]
+
+
+def connect_raw(path: str, timeout: float = SHORT) -> socket.socket:
+    """Connect to rank 0's socket, retrying until it exists (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+            s.settimeout(timeout)
+            return s
+        except OSError:
+            s.close()
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)  # connect retry interval, not synchronisation
+
+
+def listen_raw(path: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.listen(8)
+    s.settimeout(SHORT)
+    return s
+
+
+def read_until_eof(s: socket.socket) -> bytes:
+    got = bytearray()
+    while chunk := s.recv(4096):
+        got += chunk
+    return bytes(got)
+
+
+def rank_bytes(k: int) -> bytes:
+    return struct.pack("=i", k)
+
+
+def open_fds() -> set[int]:
+    return {int(n) for n in os.listdir("/proc/self/fd")}
