@@ -1,0 +1,155 @@
+"""Rogue peers and rogue roots: wire-v1 speakers that misbehave on purpose.
+
+Each behaviour is a plain function that runs in the calling process (a rank
+target, a thread, or a test) and returns a frozen :class:`RogueReport` of what it
+did (every action with its byte count and time) and what it saw the other side
+do (probe byte, EOF, reset, stayed open).  A test first checks the report to
+prove the fault was delivered, then judges the implementation's reaction.
+
+Two time budgets, both explicit:
+
+- ``timeout`` bounds the rogue's own set-up (connect/accept, handshake, payload
+  it must read or write to reach the fault).  If set-up fails the fault was never
+  delivered, so the rogue raises :class:`RogueError` (with the partial report)
+  rather than returning a report a test could mistake for proof.
+- ``observe`` bounds how long the rogue watches for the other side's reaction
+  after the fault; watching ends early when the other side closes.
+
+Closing a socket here is, for the other side, indistinguishable from the rogue
+process dying: the kernel closes a dead process's fds the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, Protocol
+
+from ._rogue_peer import (
+    peer_absent,
+    peer_announce,
+    peer_close_mid_payload,
+    peer_garbage_handshake,
+    peer_handshake,
+    peer_read_payload,
+    peer_send_raw,
+    peer_silent,
+    peer_stall_mid_payload,
+    peer_truncated_handshake,
+)
+from ._rogue_report import GARBAGE_HANDSHAKE, Action, LinkReport, RogueError, RogueReport
+from ._rogue_root import (
+    root_dies_mid_broadcast,
+    root_never_accepts,
+    root_never_probes,
+    root_recording,
+    root_wrong_probe,
+)
+
+__all__ = [
+    "GARBAGE_HANDSHAKE",
+    "PEER_BEHAVIOURS",
+    "ROOT_BEHAVIOURS",
+    "Action",
+    "LinkReport",
+    "RogueError",
+    "RogueReport",
+    "RogueTarget",
+    "peer_absent",
+    "peer_announce",
+    "peer_close_mid_payload",
+    "peer_garbage_handshake",
+    "peer_handshake",
+    "peer_read_payload",
+    "peer_send_raw",
+    "peer_silent",
+    "peer_stall_mid_payload",
+    "peer_truncated_handshake",
+    "rogue_peer",
+    "rogue_root",
+    "root_dies_mid_broadcast",
+    "root_never_accepts",
+    "root_never_probes",
+    "root_recording",
+    "root_wrong_probe",
+]
+# ----------------------------------------------------------------- as rank targets
+
+PEER_BEHAVIOURS: Final[Mapping[str, Callable[..., RogueReport]]] = {
+    "announce": peer_announce,
+    "send_raw": peer_send_raw,
+    "truncated_handshake": peer_truncated_handshake,
+    "garbage_handshake": peer_garbage_handshake,
+    "silent": peer_silent,
+    "absent": peer_absent,
+    "handshake": peer_handshake,
+    "close_mid_payload": peer_close_mid_payload,
+    "stall_mid_payload": peer_stall_mid_payload,
+    "read_payload": peer_read_payload,
+}
+"""Rogue peer behaviours by name; each takes ``base_path`` first."""
+
+ROOT_BEHAVIOURS: Final[Mapping[str, Callable[..., RogueReport]]] = {
+    "never_accepts": root_never_accepts,
+    "never_probes": root_never_probes,
+    "wrong_probe": root_wrong_probe,
+    "dies_mid_broadcast": root_dies_mid_broadcast,
+    "recording": root_recording,
+}
+"""Rogue root behaviours by name; all but ``never_accepts`` take ``world_size`` second."""
+
+
+class _RankContextLike(Protocol):
+    @property
+    def base_path(self) -> str: ...
+    @property
+    def world_size(self) -> int: ...
+    def record(self, kind: str, /, **details: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class RogueTarget:
+    """A rogue as a ``run_ranks`` target: ``target(ctx) -> RogueReport``.
+
+    Fills ``base_path`` (and ``world_size`` for roots) from the rank context and
+    records the report's summary as a fault record, so the group result proves
+    the fault happened even if the test only looks at faults.
+    """
+
+    role: Literal["peer", "root"]
+    behaviour: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self, ctx: _RankContextLike, *args: object) -> RogueReport:
+        if self.role == "peer":
+            fn = PEER_BEHAVIOURS[self.behaviour]
+            report = fn(ctx.base_path, *args, **self.kwargs)
+        else:
+            fn = ROOT_BEHAVIOURS[self.behaviour]
+            if self.behaviour == "never_accepts":
+                report = fn(ctx.base_path, *args, **self.kwargs)
+            else:
+                report = fn(ctx.base_path, ctx.world_size, *args, **self.kwargs)
+        ctx.record(f"rogue_{self.role}", **report.details())
+        return report
+
+
+def _lookup(role: str, table: Mapping[str, object], behaviour: str) -> None:
+    if behaviour not in table:
+        known = ", ".join(sorted(table))
+        raise ValueError(f"unknown rogue {role} behaviour {behaviour!r}; known: {known}")
+
+
+def rogue_peer(behaviour: str, /, **kwargs: Any) -> RogueTarget:
+    """A rank target playing rogue peer ``behaviour`` (a key of :data:`PEER_BEHAVIOURS`).
+
+    Example: ``run_ranks(..., )`` with rank 1 running ``rogue_peer("announce", rank=-1)``.
+    """
+    _lookup("peer", PEER_BEHAVIOURS, behaviour)
+    return RogueTarget("peer", behaviour, dict(kwargs))
+
+
+def rogue_root(behaviour: str, /, **kwargs: Any) -> RogueTarget:
+    """A rank target playing rogue root ``behaviour`` (a key of :data:`ROOT_BEHAVIOURS`)."""
+    _lookup("root", ROOT_BEHAVIOURS, behaviour)
+    return RogueTarget("root", behaviour, dict(kwargs))
