@@ -1,0 +1,374 @@
+"""The bootstrap of wire protocol v1: rank 0 accepts, peers connect.
+
+Both functions return the connected sockets and leave NOTHING behind on
+failure: every socket they created is closed, and rank 0's socket file is
+unlinked, before the error propagates (close-and-reraise on BaseException).
+
+Rank 0, under ONE init deadline (upstream restarts 120 s per accept, per
+handshake read and per probe write):
+  1. create/verify the socket directory; replace a stale socket, refuse others;
+  2. bind, chmod 0600 at once, listen(world_size - 1);
+  3. accept world_size-1 connections in any order; check each peer's uid with
+     SO_PEERCRED; read its 4-byte rank; refuse bad and duplicate ranks;
+  4. send the probe byte 0x5a to peers 1..n-1 in ascending order.
+
+Peer k:
+  1. connect, retrying ENOENT/ECONNREFUSED/EAGAIN/EINTR until the connect
+     deadline (rank 0 may not be listening yet); fail fast on anything else --
+     EACCES/EPERM included, since a permission problem does not heal by waiting
+     (upstream retries it for 120 s and then reports the last strerror);
+  2. check the listener's uid with SO_PEERCRED (a rogue rank 0 in the abstract
+     namespace or a swapped path is refused);
+  3. under the init deadline: send ``struct.pack("=i", k)``, read one byte and
+     accept only 0x5a.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Final
+
+from ._config import BroadcasterConfig
+from ._errors import (
+    BroadcastError,
+    BroadcastTimeoutError,
+    HandshakeError,
+    PeerClosedError,
+    SecurityError,
+    errno_name,
+)
+from ._io import Deadline, Site, recv_exact, send_all, wait_readable
+from ._paths import FileId, ensure_private_dir, file_id, prepare_socket_path, unlink_if_same
+from ._wire import PROBE, PROBE_BYTE, RANK_SIZE, pack_rank, socket_address, unpack_rank
+
+__all__ = ["Links", "bootstrap_peer", "bootstrap_root", "close_quietly", "path_label"]
+
+_SOCK_FLAGS: Final = socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
+_UCRED: Final = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
+_RETRY_CONNECT: Final = frozenset(
+    {errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT}
+)
+
+
+@dataclass(slots=True)
+class Links:
+    """What a successful bootstrap holds: sockets by rank, and rank 0's file."""
+
+    peers: list[socket.socket | None] = field(default_factory=list)
+    listener: socket.socket | None = None
+    socket_path: str | None = None
+    socket_id: FileId | None = None
+    owner_pid: int | None = None
+
+    def close(self, *, unlink: bool) -> None:
+        """Close every socket (slot set to None) and optionally unlink our file."""
+        for index, sock in enumerate(self.peers):
+            if sock is not None:
+                close_quietly(sock)
+                self.peers[index] = None
+        if self.listener is not None:
+            close_quietly(self.listener)
+            self.listener = None
+        # Unlink only in the process that bound it, and only our own inode:
+        # a forked child or a newer group at the same path must keep theirs.
+        if unlink and self.socket_path is not None and self.owner_pid == os.getpid():
+            unlink_if_same(self.socket_path, self.socket_id)
+        self.socket_path = None
+        self.socket_id = None
+        self.owner_pid = None
+
+
+def close_quietly(sock: socket.socket) -> None:
+    """Close a socket; errors on close tell nothing useful at this point."""
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+def path_label(path: str, *, abstract: bool) -> str:
+    """How a socket address appears in messages (``@name`` for abstract, as ss does)."""
+    return f"@{path}" if abstract else path
+
+
+def _peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    pid, uid, gid = _UCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    )
+    return pid, uid, gid
+
+
+def _allowed_text(allowed: frozenset[int]) -> str:
+    return ", ".join(str(u) for u in sorted(allowed))
+
+
+def bootstrap_root(
+    world_size: int, path: str, config: BroadcasterConfig, *, abstract: bool
+) -> Links:
+    """Rank 0's half of the bootstrap; returns peers indexed by rank (slot 0 None)."""
+    deadline = Deadline(config.init_timeout)
+    label = path_label(path, abstract=abstract)
+    links = Links(peers=[None] * world_size)
+    try:
+        if not abstract:
+            directory = os.path.dirname(os.path.abspath(path))
+            if config.verify_socket_dir:
+                ensure_private_dir(directory)
+            else:
+                os.makedirs(directory, exist_ok=True)
+            prepare_socket_path(path)
+        listener = socket.socket(socket.AF_UNIX, _SOCK_FLAGS)
+        links.listener = listener
+        try:
+            listener.bind(socket_address(path, abstract=abstract))
+        except OSError as exc:
+            in_use = exc.errno == errno.EADDRINUSE
+            raise (SecurityError if in_use else BroadcastError)(
+                "another process holds this socket name; give each group its own session id"
+                if in_use
+                else f"bind failed: {exc.strerror}",
+                rank=0,
+                phase="bind",
+                path=label,
+                errno_name=errno_name(exc.errno),
+            ) from exc
+        if not abstract:
+            links.socket_path = path
+            links.socket_id = file_id(path)
+            links.owner_pid = os.getpid()
+            os.chmod(path, 0o600)  # before listen(): nobody can connect yet
+        listener.listen(world_size - 1)
+        _accept_peers(
+            links, listener, world_size=world_size, deadline=deadline, config=config, label=label
+        )
+        for peer in range(1, world_size):
+            sock = links.peers[peer]
+            assert sock is not None
+            send_all(
+                sock,
+                memoryview(PROBE),
+                deadline,
+                Site(rank=0, peer=peer, phase="probe", path=label, who=f"peer {peer}"),
+            )
+    except BaseException:
+        links.close(unlink=True)
+        raise
+    return links
+
+
+def _accept_peers(
+    links: Links,
+    listener: socket.socket,
+    *,
+    world_size: int,
+    deadline: Deadline,
+    config: BroadcasterConfig,
+    label: str,
+) -> None:
+    allowed = config.accepted_uids(os.geteuid())
+    pids: dict[int, int] = {}
+    for count in range(world_size - 1):
+        conn = _accept_one(listener, deadline, label, world_size, pids)
+        try:
+            pid, uid, _gid = _peer_credentials(conn)
+            if allowed is not None and uid not in allowed:
+                raise SecurityError(
+                    f"rejected a connection from pid {pid} uid {uid}: only uid(s) "
+                    f"{_allowed_text(allowed)} may join (BroadcasterConfig.allowed_uids "
+                    "widens this)",
+                    rank=0,
+                    phase="accept",
+                    elapsed=deadline.elapsed(),
+                    path=label,
+                )
+            raw = bytearray(RANK_SIZE)
+            site = Site(
+                rank=0,
+                peer=None,
+                phase="handshake",
+                path=label,
+                who=f"connection {count + 1} (pid {pid})",
+            )
+            try:
+                recv_exact(conn, memoryview(raw), deadline, site)
+            except PeerClosedError as exc:
+                raise HandshakeError(
+                    f"pid {pid} closed the connection after {exc.bytes_done}/{RANK_SIZE} bytes "
+                    "of its rank handshake",
+                    rank=0,
+                    phase="handshake",
+                    bytes_done=exc.bytes_done,
+                    bytes_total=RANK_SIZE,
+                    elapsed=exc.elapsed,
+                    path=label,
+                ) from exc
+            peer = unpack_rank(raw)
+            if not 0 < peer < world_size:
+                raise HandshakeError(
+                    f"bad peer rank {peer} (world_size {world_size}) from pid {pid}; a peer "
+                    f"must announce 0 < rank < {world_size}",
+                    rank=0,
+                    phase="handshake",
+                    elapsed=deadline.elapsed(),
+                    path=label,
+                )
+            if links.peers[peer] is not None:
+                raise HandshakeError(
+                    f"duplicate peer rank {peer} from pid {pid} (pid {pids[peer]} announced "
+                    "it first)",
+                    rank=0,
+                    peer=peer,
+                    phase="handshake",
+                    elapsed=deadline.elapsed(),
+                    path=label,
+                )
+        except BaseException:
+            close_quietly(conn)
+            raise
+        links.peers[peer] = conn
+        pids[peer] = pid
+
+
+def _accept_one(
+    listener: socket.socket,
+    deadline: Deadline,
+    label: str,
+    world_size: int,
+    pids: dict[int, int],
+) -> socket.socket:
+    while True:
+        try:
+            conn, _addr = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            if wait_readable(listener, deadline):
+                continue
+            missing = [r for r in range(1, world_size) if r not in pids]
+            raise BroadcastTimeoutError(
+                f"{deadline.describe()} passed with {len(pids)}/{world_size - 1} peers "
+                f"connected; missing rank(s) {missing}",
+                rank=0,
+                phase="accept",
+                elapsed=deadline.elapsed(),
+                path=label,
+                errno_name="ETIMEDOUT",
+            ) from None
+        except OSError as exc:
+            raise BroadcastError(
+                f"accept failed: {exc.strerror}",
+                rank=0,
+                phase="accept",
+                elapsed=deadline.elapsed(),
+                path=label,
+                errno_name=errno_name(exc.errno),
+            ) from exc
+        conn.setblocking(False)
+        return conn
+
+
+def _connect(rank: int, path: str, config: BroadcasterConfig, *, abstract: bool) -> socket.socket:
+    deadline = Deadline(config.connect_timeout)
+    label = path_label(path, abstract=abstract)
+    address = socket_address(path, abstract=abstract)
+    attempts = 0
+    while True:
+        attempts += 1
+        sock = socket.socket(socket.AF_UNIX, _SOCK_FLAGS)
+        code = sock.connect_ex(address)
+        if code == 0:
+            return sock
+        close_quietly(sock)
+        if code in (errno.EACCES, errno.EPERM):
+            raise SecurityError(
+                "permission denied connecting to rank 0's socket; it or its directory "
+                "belongs to another user. Fix this and try again (same user, or a path "
+                "you own).",
+                rank=rank,
+                peer=0,
+                phase="connect",
+                elapsed=deadline.elapsed(),
+                path=label,
+                errno_name=errno_name(code),
+            )
+        if code not in _RETRY_CONNECT:
+            raise BroadcastError(
+                f"connect failed: {os.strerror(code)}",
+                rank=rank,
+                peer=0,
+                phase="connect",
+                elapsed=deadline.elapsed(),
+                path=label,
+                errno_name=errno_name(code),
+            )
+        left = deadline.remaining()
+        if left <= 0:
+            raise BroadcastTimeoutError(
+                f"rank 0 was not reachable after {attempts} attempts within "
+                f"{deadline.describe()}; last error: {os.strerror(code)}",
+                rank=rank,
+                peer=0,
+                phase="connect",
+                elapsed=deadline.elapsed(),
+                path=label,
+                errno_name=errno_name(code),
+            )
+        time.sleep(min(config.connect_retry_interval, left))
+
+
+def bootstrap_peer(
+    rank: int, world_size: int, path: str, config: BroadcasterConfig, *, abstract: bool
+) -> Links:
+    """Peer ``rank``'s half of the bootstrap; returns ``peers[0]`` = link to rank 0."""
+    label = path_label(path, abstract=abstract)
+    sock = _connect(rank, path, config, abstract=abstract)
+    try:
+        deadline = Deadline(config.init_timeout)
+        allowed = config.accepted_uids(os.geteuid())
+        pid, uid, _gid = _peer_credentials(sock)
+        if allowed is not None and uid not in allowed:
+            raise SecurityError(
+                f"the process listening on rank 0's socket (pid {pid} uid {uid}) is not an "
+                f"allowed uid ({_allowed_text(allowed)}); refusing to join",
+                rank=rank,
+                peer=0,
+                phase="connect",
+                path=label,
+            )
+        send_all(
+            sock,
+            memoryview(pack_rank(rank)),
+            deadline,
+            Site(rank=rank, peer=0, phase="handshake", path=label, who="rank 0"),
+        )
+        probe = bytearray(1)
+        try:
+            recv_exact(
+                sock,
+                memoryview(probe),
+                deadline,
+                Site(rank=rank, peer=0, phase="probe", path=label, who="rank 0"),
+            )
+        except PeerClosedError as exc:
+            raise PeerClosedError(
+                "rank 0 closed the connection before sending the link probe (it may have "
+                "rejected this rank or failed; see rank 0's error)",
+                **{**exc.fields(), "action": None},
+            ) from exc
+        if probe[0] != PROBE_BYTE:
+            raise HandshakeError(
+                f"bad link probe byte: expected 0x{PROBE_BYTE:02x}, got 0x{probe[0]:02x}",
+                rank=rank,
+                peer=0,
+                phase="probe",
+                elapsed=deadline.elapsed(),
+                path=label,
+            )
+    except BaseException:
+        close_quietly(sock)
+        raise
+    links = Links(peers=[None] * world_size)
+    links.peers[0] = sock
+    return links

@@ -1,0 +1,362 @@
+"""``CpuTpBroadcaster``: the state machine around the wire-v1 bootstrap and broadcast.
+
+States: uninitialized -> initialized -> (broken) -> uninitialized (``reset``).
+
+- ``initialize``: argument checks first (also ``0 <= rank < world_size``, which
+  upstream leaves to rank 0); identical re-init is a no-op at every world size
+  (upstream's TP=1 quirk of not storing base_path is NOT copied); a different
+  one raises :class:`ReinitMismatchError`; a failed initialize leaves nothing
+  behind, so a retry works.
+- ``broadcast`` check order: not initialized, broken, ``root != 0`` (before
+  the no-op cases, unlike upstream, so a bad root is caught at TP=1 too), then
+  world_size 1 or 0 bytes moves nothing.
+- A failed broadcast leaves the byte stream out of sync: the instance turns
+  broken, closes its connections at once (so the other ranks see EOF promptly
+  instead of waiting for their deadline), and refuses to broadcast until
+  ``reset()``.
+- Not re-entrant: a call that overlaps another (another thread, a signal
+  handler) raises instead of corrupting the stream.
+- After ``fork()`` the child forgets every inherited connection (closes its
+  copies, unlinks nothing): two processes on one stream would corrupt it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Final, final
+
+from ._bootstrap import Links, bootstrap_peer, bootstrap_root, path_label
+from ._buffers import prepare_buffers
+from ._config import BroadcasterConfig
+from ._errors import (
+    BroadcastError,
+    BrokenBroadcasterError,
+    ConfigurationError,
+    NotInitializedError,
+    ReinitMismatchError,
+)
+from ._io import Deadline, Site, recv_exact, send_all
+from ._wire import check_path_length, socket_path
+
+__all__ = ["BroadcasterStatistics", "CpuTpBroadcaster", "instance"]
+
+_REASON_MAX: Final = 300
+
+
+@dataclass(frozen=True, slots=True)
+class BroadcasterStatistics:
+    """A snapshot for tests and logs; None fields mean "not initialized"."""
+
+    rank: int | None
+    world_size: int | None
+    base_path: str | None
+    generation: int
+    initialized: bool
+    broken: bool
+    bytes_sent: int
+    bytes_received: int
+    broadcasts: int
+
+
+def _check_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(
+            f"{name} must be an int, got {value!r} (type={type(value).__name__})"
+        )
+    return value
+
+
+def _check_arguments(rank: object, world_size: object, base_path: object) -> None:
+    size = _check_int("world_size", world_size)
+    me = _check_int("rank", rank)
+    if size < 1:
+        raise ConfigurationError(f"world_size must be >= 1, got {size}")
+    if not 0 <= me < size:
+        raise ConfigurationError(f"rank must satisfy 0 <= rank < world_size ({size}), got {me}")
+    if not isinstance(base_path, str) or not base_path:
+        raise ConfigurationError(f"base_path must be a non-empty str, got {base_path!r}")
+    if "\0" in base_path:
+        raise ConfigurationError(f"base_path must not contain NUL bytes, got {base_path!r}")
+    check_path_length(socket_path(base_path))
+
+
+@final
+class CpuTpBroadcaster:
+    """Broadcast CPU bytes from rank 0 to the ranks of one TP group on one host.
+
+    :param config: default settings for ``initialize`` (deadlines, security).
+    """
+
+    def __init__(self, config: BroadcasterConfig | None = None) -> None:
+        self._default_config = config if config is not None else BroadcasterConfig()
+        self._lock = threading.Lock()
+        self._busy: str | None = None
+        self._generation = 0
+        self._links = Links()
+        self._set_uninitialized()
+        _LIVE.add(self)
+
+    def _set_uninitialized(self) -> None:
+        self._rank: int | None = None
+        self._world_size: int | None = None
+        self._base_path: str | None = None
+        self._config: BroadcasterConfig | None = None
+        self._initialized = False
+        self._broken: str | None = None
+        self._bytes_sent = 0
+        self._bytes_received = 0
+        self._broadcasts = 0
+
+    # -- guards -------------------------------------------------------------
+
+    @contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        if not self._lock.acquire(blocking=False):
+            raise BroadcastError(
+                f"{what}() called while {self._busy}() is running (another thread or a "
+                "signal handler); a broadcaster is not re-entrant",
+                rank=self._rank,
+                phase=what,
+            )
+        self._busy = what
+        try:
+            yield
+        finally:
+            self._busy = None
+            self._lock.release()
+
+    # -- public API ---------------------------------------------------------
+
+    @property
+    def config(self) -> BroadcasterConfig:
+        """The settings in force (of the current init, else the default)."""
+        return self._config if self._config is not None else self._default_config
+
+    @property
+    def generation(self) -> int:
+        """+1 on every ``reset()`` (even when uninitialized); ``initialize`` keeps it."""
+        return self._generation
+
+    def is_initialized(self) -> bool:
+        return self._initialized
+
+    def initialize(
+        self,
+        rank: int,
+        world_size: int,
+        base_path: str,
+        *,
+        config: BroadcasterConfig | None = None,
+    ) -> None:
+        """Join the group ``base_path`` as ``rank`` of ``world_size``.
+
+        Rank 0 listens on ``<base_path>_0.sock``; the others connect to it.
+        Returns once every peer is connected (the probe is a barrier).
+
+        :raises ConfigurationError: bad arguments or a path over 107 bytes.
+        :raises ReinitMismatchError: already initialized with other values.
+        :raises SecurityError: untrusted socket dir/path or a foreign peer uid.
+        :raises HandshakeError: bad/duplicate/truncated rank, bad probe byte.
+        :raises BroadcastTimeoutError: the connect or init deadline passed.
+        :raises PeerClosedError: the other side closed during the bootstrap.
+        """
+        _check_arguments(rank, world_size, base_path)
+        with self._guard("initialize"):
+            if self._initialized:
+                if (rank, world_size, base_path) == (
+                    self._rank,
+                    self._world_size,
+                    self._base_path,
+                ):
+                    return
+                raise ReinitMismatchError(
+                    f"re-init mismatch: was rank={self._rank} world_size={self._world_size} "
+                    f"base_path={self._base_path!r}, now rank={rank} world_size={world_size} "
+                    f"base_path={base_path!r}; call reset() first",
+                    rank=self._rank,
+                    phase="initialize",
+                )
+            cfg = config if config is not None else self._default_config
+            path = socket_path(base_path)
+            if world_size > 1:
+                abstract = cfg.abstract_namespace
+                if rank == 0:
+                    self._links = bootstrap_root(world_size, path, cfg, abstract=abstract)
+                else:
+                    self._links = bootstrap_peer(rank, world_size, path, cfg, abstract=abstract)
+            self._rank, self._world_size, self._base_path = rank, world_size, base_path
+            self._config = cfg
+            self._initialized = True
+
+    def broadcast(self, buffers: object, root: int = 0) -> None:
+        """Send rank 0's bytes to every rank; in place on peers.
+
+        :param buffers: one buffer or a list/tuple (sent back to back): bytes-like
+            (``bytes`` only on rank 0), numpy arrays, torch CPU tensors.
+        :param root: must be 0 (star topology).
+        :raises NotInitializedError: before ``initialize`` / after ``reset``.
+        :raises BrokenBroadcasterError: a previous broadcast failed; ``reset()``.
+        :raises ConfigurationError: ``root != 0`` or an unusable buffer.
+        :raises PeerClosedError: the other side closed (EOF/EPIPE/ECONNRESET).
+        :raises BroadcastTimeoutError: ``io_timeout`` passed.
+        """
+        with self._guard("broadcast"):
+            if not self._initialized:
+                raise NotInitializedError(
+                    "broadcast called before initialize (or after reset)", phase="broadcast"
+                )
+            if self._broken is not None:
+                raise BrokenBroadcasterError(
+                    f"a previous broadcast failed, so the byte stream is out of sync "
+                    f"({self._broken}); call reset() and initialize() again",
+                    rank=self._rank,
+                    phase="broadcast",
+                )
+            if isinstance(root, bool) or root != 0:
+                raise ConfigurationError(
+                    f"root must be 0 (star topology: only rank 0 sends), got {root!r}",
+                    rank=self._rank,
+                    phase="broadcast",
+                )
+            is_root = self._rank == 0
+            prepared = prepare_buffers(buffers, writable=not is_root)
+            try:
+                total = prepared.total
+                if self._world_size == 1 or total == 0:
+                    self._broadcasts += 1
+                    return
+                deadline = Deadline(self.config.io_timeout)
+                try:
+                    if is_root:
+                        self._send(prepared.views, total, deadline)
+                    else:
+                        self._receive(prepared.views, total, deadline)
+                except BaseException as exc:
+                    self._break(exc)
+                    raise
+                prepared.finish()
+                self._broadcasts += 1
+            finally:
+                prepared.release()
+
+    def reset(self) -> None:
+        """Close every connection, remove rank 0's socket file, forget the group.
+
+        Idempotent; bumps ``generation`` every time.  The other ranks see EOF
+        (reading) or EPIPE (writing) on their next I/O.
+        """
+        with self._guard("reset"):
+            self._links.close(unlink=True)
+            self._links = Links()
+            self._set_uninitialized()
+            self._generation += 1
+
+    def statistics(self) -> BroadcasterStatistics:
+        """A frozen snapshot of the state and byte counters."""
+        return BroadcasterStatistics(
+            rank=self._rank,
+            world_size=self._world_size,
+            base_path=self._base_path,
+            generation=self._generation,
+            initialized=self._initialized,
+            broken=self._broken is not None,
+            bytes_sent=self._bytes_sent,
+            bytes_received=self._bytes_received,
+            broadcasts=self._broadcasts,
+        )
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        state = "broken" if s.broken else "initialized" if s.initialized else "uninitialized"
+        return (
+            f"<CpuTpBroadcaster {state} rank={s.rank} world_size={s.world_size} "
+            f"base_path={s.base_path!r} generation={s.generation}>"
+        )
+
+    # -- internals ----------------------------------------------------------
+
+    def _label(self) -> str:
+        assert self._base_path is not None
+        return path_label(socket_path(self._base_path), abstract=self.config.abstract_namespace)
+
+    def _send(self, views: list[memoryview], total: int, deadline: Deadline) -> None:
+        assert self._world_size is not None
+        label = self._label()
+        for peer in range(1, self._world_size):
+            sock = self._links.peers[peer]
+            assert sock is not None
+            site = Site(rank=0, peer=peer, phase="broadcast", path=label, who=f"peer {peer}")
+            done = 0
+            for view in views:
+                done += send_all(sock, view, deadline, site, offset=done, total=total)
+                self._bytes_sent += len(view)
+
+    def _receive(self, views: list[memoryview], total: int, deadline: Deadline) -> None:
+        assert self._rank is not None
+        sock = self._links.peers[0]
+        assert sock is not None
+        site = Site(rank=self._rank, peer=0, phase="broadcast", path=self._label(), who="rank 0")
+        done = 0
+        for view in views:
+            done += recv_exact(sock, view, deadline, site, offset=done, total=total)
+            self._bytes_received += len(view)
+
+    def _break(self, exc: BaseException) -> None:
+        reason = str(exc) or type(exc).__name__
+        self._broken = reason if len(reason) <= _REASON_MAX else reason[:_REASON_MAX] + "..."
+        # Closing the connections is the only signal the other ranks get: they
+        # see EOF/EPIPE now instead of hanging until their io_timeout.
+        for index, sock in enumerate(self._links.peers):
+            if sock is not None:
+                sock.close()
+                self._links.peers[index] = None
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: drop inherited connections, unlink nothing."""
+        self._lock = threading.Lock()
+        self._busy = None
+        self._links.close(unlink=False)
+        self._links = Links()
+        self._set_uninitialized()
+
+
+_LIVE: weakref.WeakSet[CpuTpBroadcaster] = weakref.WeakSet()
+
+
+class _Singleton:
+    """Holder of the process-wide instance (no module globals to rebind)."""
+
+    lock = threading.Lock()
+    value: CpuTpBroadcaster | None = None
+
+
+def instance() -> CpuTpBroadcaster:
+    """The process-wide broadcaster (upstream's ``CpuTpBroadcaster::instance()``)."""
+    with _Singleton.lock:
+        if _Singleton.value is None:
+            _Singleton.value = CpuTpBroadcaster()
+        return _Singleton.value
+
+
+def _after_fork_in_child() -> None:
+    _Singleton.lock = threading.Lock()
+    for bcast in list(_LIVE):
+        bcast._forget_after_fork()
+
+
+def _reset_at_exit() -> None:
+    # Upstream's singleton destructor calls reset(), so a normal exit removes
+    # rank 0's socket file; do the same for every live instance we own.
+    for bcast in list(_LIVE):
+        with suppress(BroadcastError):
+            bcast.reset()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_reset_at_exit)

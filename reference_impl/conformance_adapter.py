@@ -1,0 +1,106 @@
+"""The reference broadcaster behind the harness's adapter contract (DESIGN.md).
+
+The harness reaches us only through the string
+``"tpbcast.reference_impl.conformance_adapter:make"``; this module therefore
+imports nothing of the other layers (the contract is duck-typed).
+"""
+
+from __future__ import annotations
+
+import math
+from importlib import metadata
+from typing import Final, final
+
+from ._broadcaster import BroadcasterStatistics, CpuTpBroadcaster
+from ._config import BroadcasterConfig
+
+__all__ = ["CAPABILITIES", "ReferenceAdapter", "make"]
+
+CAPABILITIES: Final = frozenset(
+    {
+        "deadlines",
+        "generation",
+        "abstract_namespace",
+        "tensors",
+        "multi_buffer",
+        "peer_credentials",
+        "secure_dir",
+        "error_details",
+    }
+)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tpbcast")
+    except metadata.PackageNotFoundError:
+        return "0.1.0"
+
+
+@final
+class ReferenceAdapter:
+    """One fresh :class:`CpuTpBroadcaster` with the adapter contract's members.
+
+    Settings changed with ``set_deadlines``/``set_abstract_namespace`` apply
+    to the next ``initialize``.
+    """
+
+    name: Final = "tpbcast-reference"
+    capabilities: Final = CAPABILITIES
+
+    def __init__(self, config: BroadcasterConfig | None = None) -> None:
+        self.version = _version()
+        self._config = config if config is not None else BroadcasterConfig()
+        self.broadcaster = CpuTpBroadcaster(self._config)
+
+    @property
+    def config(self) -> BroadcasterConfig:
+        return self._config
+
+    def set_deadlines(
+        self,
+        *,
+        connect: float | None = None,
+        init: float | None = None,
+        io: float | None = None,
+    ) -> None:
+        """Change deadlines (seconds); None keeps a value, ``math.inf`` means forever.
+
+        Only ``io`` may be infinite (the broadcast deadline); connect and init
+        are always bounded.
+        """
+        changes: dict[str, object] = {}
+        if connect is not None:
+            changes["connect_timeout"] = connect
+        if init is not None:
+            changes["init_timeout"] = init
+        if io is not None:
+            changes["io_timeout"] = None if io == math.inf else io
+        self._config = self._config.replace(**changes)
+
+    def set_abstract_namespace(self, enabled: bool) -> None:
+        self._config = self._config.replace(abstract_namespace=bool(enabled))
+
+    def initialize(self, rank: int, world_size: int, base_path: str) -> None:
+        self.broadcaster.initialize(rank, world_size, base_path, config=self._config)
+
+    def broadcast(self, buffer: object, root: int = 0) -> None:
+        self.broadcaster.broadcast(buffer, root)
+
+    def reset(self) -> None:
+        self.broadcaster.reset()
+
+    def is_initialized(self) -> bool:
+        return self.broadcaster.is_initialized()
+
+    @property
+    def generation(self) -> int:
+        return self.broadcaster.generation
+
+    def statistics(self) -> BroadcasterStatistics:
+        return self.broadcaster.statistics()
+
+
+def make() -> ReferenceAdapter:
+    """Factory for ``load_implementation``: a fresh, uninitialized adapter."""
+    return ReferenceAdapter()
