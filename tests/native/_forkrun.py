@@ -71,9 +71,7 @@ def _child(target: Callable[[], object], w: int) -> None:
         try:
             payload = pickle.dumps(("ok", target()))
         except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
-            payload = pickle.dumps(
-                ("raised", type(exc).__name__, str(exc), traceback.format_exc())
-            )
+            payload = pickle.dumps(("raised", type(exc).__name__, str(exc), traceback.format_exc()))
         view = memoryview(payload)
         while view:
             view = view[os.write(w, view) :]

@@ -25,10 +25,7 @@ def test_random_payloads_arrive_intact(world, base_path):
     seed = int.from_bytes(os.urandom(4), "little")
     got = values(
         run_forked(
-            [
-                (lambda r=r: _ranks.roundtrip_rank(r, world, base_path, seed))
-                for r in range(world)
-            ]
+            [(lambda r=r: _ranks.roundtrip_rank(r, world, base_path, seed)) for r in range(world)]
         )
     )
     want = _ranks.expected_digests(seed)

@@ -42,7 +42,7 @@
 #define CB_PROBE 0x5a
 #define CB_PATH_MAX 107 /* sizeof(sun_path) - 1 on Linux */
 #define CB_WORLD_MAX 4096
-#define CB_RETRY_MS 50
+#define CB_RETRY_US 50000LL /* connect retry interval, 50 ms */
 #define CB_EOF (-1) /* pseudo errno: the other side closed the stream */
 
 /* Error kinds: adapter.py maps each to a Python exception class. */
@@ -66,10 +66,11 @@ static struct {
 static char msg[1536], err_phase[32], err_path[CB_PATH_MAX + 1];
 static struct cb_error_info info;
 
-static long long now_ms(void) {
+/* Microseconds: a deadline in whole ms would fire up to 1 ms early. */
+static long long now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static const char *errno_name(int e) {
@@ -107,7 +108,7 @@ static int fail(int kind, int err, const char *phase, int peer, long long done,
         n += snprintf(where + n, sizeof where - (size_t)n, "peer %d, ", peer);
     if (total > 0)
         n += snprintf(where + n, sizeof where - (size_t)n, "%lld/%lld bytes, ", done, total);
-    n += snprintf(where + n, sizeof where - (size_t)n, "%lld ms", now_ms() - start);
+    n += snprintf(where + n, sizeof where - (size_t)n, "%lld ms", (now_us() - start) / 1000);
     if (g.path[0])
         n += snprintf(where + n, sizeof where - (size_t)n, ", path %s", g.path);
     snprintf(where + n, sizeof where - (size_t)n, "]");
@@ -115,22 +116,23 @@ static int fail(int kind, int err, const char *phase, int peer, long long done,
     snprintf(err_phase, sizeof err_phase, "%s", phase);
     snprintf(err_path, sizeof err_path, "%s", g.path);
     info = (struct cb_error_info){kind, g.rank, peer, err, done, total,
-                                  now_ms() - start, err_phase, err_path};
+                                  (now_us() - start) / 1000, err_phase, err_path};
     return -1;
 }
 
-static long long deadline_after(long ms) { return ms < 0 ? -1 : now_ms() + ms; }
+static long long deadline_after(long ms) { return ms < 0 ? -1 : now_us() + ms * 1000LL; }
 
 /* Wait for `events` on fd until `deadline` (-1: forever).  0 ready, -1 errno. */
 static int wait_fd(int fd, short events, long long deadline, short *revents) {
     for (;;) {
         struct pollfd p = {fd, events, 0};
-        long long left = deadline < 0 ? -1 : deadline - now_ms();
+        long long left = deadline < 0 ? -1 : deadline - now_us();
         if (deadline >= 0 && left <= 0) {
             errno = ETIMEDOUT;
             return -1;
         }
-        int r = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
+        long long ms = left < 0 ? -1 : (left + 999) / 1000; /* round up: never early */
+        int r = poll(&p, 1, ms > INT_MAX ? INT_MAX : (int)ms);
         if (r < 0 && errno != EINTR)
             return -1;
         if (r > 0) {
@@ -225,7 +227,7 @@ static int root_bootstrap(long long start) {
         return fail(CB_OS, errno, "bind", -1, 0, 0, start, "chmod 0600 of the socket failed");
     if (listen(g.listen_fd, want) != 0)
         return fail(CB_OS, errno, "listen", -1, 0, 0, start, "listen(backlog %d) failed", want);
-    long long deadline = g.init_ms < 0 ? -1 : start + g.init_ms;
+    long long deadline = g.init_ms < 0 ? -1 : start + g.init_ms * 1000LL;
     while (got < want) {
         short rev = 0;
         if (wait_fd(g.listen_fd, POLLIN, deadline, &rev) != 0)
@@ -280,15 +282,15 @@ static int root_bootstrap(long long start) {
     return 0;
 }
 
-static void sleep_ms(long long ms) {
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+static void sleep_us(long long us) {
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
 
 static int peer_bootstrap(long long start) {
     struct sockaddr_un a;
-    long long cdeadline = g.connect_ms < 0 ? -1 : start + g.connect_ms;
+    long long cdeadline = g.connect_ms < 0 ? -1 : start + g.connect_ms * 1000LL;
     int attempts = 0, last = 0, fd = -1;
     size_t done = 0;
     make_addr(&a);
@@ -301,12 +303,12 @@ static int peer_bootstrap(long long start) {
             break;
         last = errno;
         close(fd);
-        long long left = cdeadline < 0 ? CB_RETRY_MS : cdeadline - now_ms();
+        long long left = cdeadline < 0 ? CB_RETRY_US : cdeadline - now_us();
         if (left <= 0)
             return fail(CB_TIMEOUT, last, "connect", 0, 0, 0, start,
                         "no listener accepted us after %d attempts (connect deadline %ld ms)",
                         attempts, g.connect_ms);
-        sleep_ms(left < CB_RETRY_MS ? left : CB_RETRY_MS);
+        sleep_us(left < CB_RETRY_US ? left : CB_RETRY_US);
     }
     g.fds[0] = fd;
     long long deadline = deadline_after(g.init_ms);
@@ -329,7 +331,7 @@ static int peer_bootstrap(long long start) {
 }
 
 int cb_init(int rank, int world_size, const char *base_path) {
-    long long start = now_ms();
+    long long start = now_us();
     size_t blen = base_path ? strlen(base_path) : 0;
     if (g.initialized) {
         if (rank == g.rank && world_size == g.world && base_path && !strcmp(base_path, g.base))
@@ -375,7 +377,7 @@ int cb_init(int rank, int world_size, const char *base_path) {
 }
 
 int cb_broadcast(void *buf, size_t nbytes, int root) {
-    long long start = now_ms(), deadline = deadline_after(g.io_ms);
+    long long start = now_us(), deadline = deadline_after(g.io_ms);
     size_t done = 0;
     if (!g.initialized)
         return fail(CB_NOT_INIT, 0, "broadcast", -1, 0, (long long)nbytes, start,

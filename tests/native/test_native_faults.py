@@ -1,0 +1,316 @@
+"""Faults against the C broadcaster: rogue wire partners, dead peers, deadlines, paths.
+
+Each test first proves the fault happened (the rogue sent its bytes, the peer
+process is gone, the file is there), then judges the reaction.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import time
+
+import pytest
+
+from tpbcast.conformance.adapters.native import NativeBroadcastError
+
+from . import _ranks
+from ._forkrun import Signal, run_forked, values
+
+
+def _named(details, *, rank):
+    """Every error names its rank and never blames errno 0 ("Success")."""
+    assert "Success" not in details["message"], details["message"]
+    assert details["message"].startswith(f"rank {rank} "), details["message"]
+    assert details["rank"] == rank
+    return details
+
+
+def _init_error(rank, world, base, **deadlines):
+    b = _ranks.native(**deadlines)
+    start = time.monotonic()
+    try:
+        b.initialize(rank, world, base)
+    except NativeBroadcastError as exc:
+        details = _ranks.error_details(exc)
+        details["wall"] = time.monotonic() - start
+        details["initialized"] = b.is_initialized()
+        details["socket_left"] = os.path.exists(base + "_0.sock")
+        return details
+    return None
+
+
+# -- the C peer against a rogue root -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("probe", "needle"), [(b"\x13", "expected probe 0x5a, got 0x13"), (b"", "peer closed")]
+)
+def test_peer_rejects_a_wrong_or_missing_probe(probe, needle, base_path):
+    path = base_path + "_0.sock"
+
+    def rogue_root():
+        with _ranks.listen_raw(path) as srv:
+            conn, _ = srv.accept()
+            with conn:
+                announced = conn.recv(4, socket.MSG_WAITALL)
+                if probe:
+                    conn.sendall(probe)
+                    return announced, _ranks.read_until_eof(conn)  # peer hangs up
+                return announced, b""  # close without a probe
+
+    (announced, after), details = values(
+        run_forked([rogue_root, lambda: _init_error(1, 2, base_path)])
+    )
+    assert announced == _ranks.rank_bytes(1), "the rogue root never saw the handshake"
+    assert details is not None, "the peer accepted a bad probe"
+    _named(details, rank=1)
+    assert details["type"] == "NativeHandshakeError" and needle in details["message"]
+    assert details["phase"] == "probe" and not details["initialized"]
+    assert after == b""
+
+
+def test_peer_times_out_when_the_probe_never_comes(base_path):
+    path = base_path + "_0.sock"
+
+    def rogue_root():
+        with _ranks.listen_raw(path) as srv:
+            conn, _ = srv.accept()
+            with conn:
+                return conn.recv(4, socket.MSG_WAITALL), _ranks.read_until_eof(conn)
+
+    (announced, _), details = values(
+        run_forked([rogue_root, lambda: _init_error(1, 2, base_path, init=0.3)])
+    )
+    assert announced == _ranks.rank_bytes(1)
+    _named(details, rank=1)
+    assert details["type"] == "NativeTimeoutError" and "TimeoutError" in details["mro"]
+    assert details["errno_name"] == "ETIMEDOUT" and "waiting for probe" in details["message"]
+    assert 0.3 <= details["wall"] < 10.0
+
+
+def test_peer_connect_deadline_names_the_errno(base_path):
+    [details] = values(run_forked([lambda: _init_error(1, 2, base_path, connect=0.3)]))
+    _named(details, rank=1)
+    assert details["type"] == "NativeTimeoutError" and details["phase"] == "connect"
+    assert details["errno_name"] == "ENOENT" and base_path + "_0.sock" in details["message"]
+    assert 0.3 <= details["wall"] < 10.0
+
+
+# -- the C root against rogue peers --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("world", "sends", "needle"),
+    [
+        (2, [_ranks.rank_bytes(-1)], "bad peer rank -1"),
+        (2, [_ranks.rank_bytes(0)], "bad peer rank 0"),
+        (2, [_ranks.rank_bytes(2)], "bad peer rank 2"),
+        (3, [_ranks.rank_bytes(1), _ranks.rank_bytes(1)], "duplicate peer rank 1"),
+        (2, [b"\x01\x00"], "peer closed"),
+    ],
+    ids=["minus-one", "zero", "world-size", "duplicate", "truncated"],
+)
+def test_root_never_accepts_a_bad_peer(world, sends, needle, base_path):
+    path = base_path + "_0.sock"
+    first_in = Signal()
+
+    def rogue_peer(data, index):
+        if index:
+            first_in.wait()  # the duplicate arrives second, after a valid rank 1
+        with _ranks.connect_raw(path) as s:
+            s.sendall(data)
+            if not index and len(sends) > 1:
+                first_in.notify()
+            if len(data) < 4:
+                s.shutdown(socket.SHUT_WR)
+            return _ranks.read_until_eof(s)  # no probe may ever arrive
+
+    rogues = [(lambda d=d, i=i: rogue_peer(d, i)) for i, d in enumerate(sends)]
+    details, *heard = values(
+        run_forked(
+            [lambda: _init_error(0, world, base_path), *rogues],
+            close_in_parent=first_in.fds(),
+        )
+    )
+    assert details is not None, "rank 0 accepted a bad peer"
+    _named(details, rank=0)
+    assert details["type"] == "NativeHandshakeError" and needle in details["message"]
+    assert details["wall"] < _ranks.SHORT / 2, "rejection waited for the deadline"
+    assert not details["initialized"] and not details["socket_left"]
+    assert heard == [b""] * len(sends), "a rogue peer was sent the probe"
+
+
+def test_root_times_out_waiting_for_peers_and_cleans_up(base_path):
+    [details] = values(run_forked([lambda: _init_error(0, 3, base_path, init=0.3)]))
+    _named(details, rank=0)
+    assert details["type"] == "NativeTimeoutError" and "0 of 2 connected" in details["message"]
+    assert 0.3 <= details["wall"] < 10.0 and not details["socket_left"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another uid")
+def test_root_rejects_a_peer_of_another_uid(base_path, short_dir):
+    path = base_path + "_0.sock"
+    os.chmod(short_dir, 0o711)
+
+    def foreign_peer():
+        deadline = time.monotonic() + _ranks.SHORT
+        while not (os.path.exists(path) and stat.S_IMODE(os.stat(path).st_mode) == 0o600):
+            assert time.monotonic() < deadline, "rank 0 never bound its socket"
+            time.sleep(0.01)  # polling a file with a deadline
+        os.chmod(path, 0o666)  # open the door the 0600 closed, to reach SO_PEERCRED
+        os.setuid(65534)
+        with _ranks.connect_raw(path) as s:
+            try:  # rank 0 may hang up before reading the rank: that is the point
+                s.sendall(_ranks.rank_bytes(1))
+                return _ranks.read_until_eof(s)
+            except (BrokenPipeError, ConnectionResetError):
+                return b""
+
+    details, heard = values(run_forked([lambda: _init_error(0, 2, base_path), foreign_peer]))
+    _named(details, rank=0)
+    assert details["type"] == "NativeSecurityError" and "PermissionError" in details["mro"]
+    assert "uid 65534" in details["message"] and heard == b""
+
+
+# -- a partner dies ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dying", [1, 2])
+def test_dead_peer_gives_epipe_not_sigpipe(dying, base_path):
+    gone = Signal()
+    data = _ranks.payload(5, 1 << 20)
+
+    def root():
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a write must not kill us
+        b = _ranks.native()
+        b.initialize(0, 3, base_path)
+        gone.wait_closed()  # the dying peer's process has exited
+        try:
+            b.broadcast(bytearray(data))
+        except NativeBroadcastError as exc:
+            details = _ranks.error_details(exc)
+        else:
+            details = None
+        try:
+            b.broadcast(bytearray(data))
+        except NativeBroadcastError as exc:
+            details["again"] = type(exc).__name__
+        b.reset()  # survivors see the root hang up
+        return details, signal.getsignal(signal.SIGPIPE) == signal.SIG_DFL
+
+    def peer(rank):
+        os.close(gone.r)
+        b = _ranks.native()
+        b.initialize(rank, 3, base_path)
+        if rank == dying:
+            return "died"
+        os.close(gone.w)
+        buf = bytearray(len(data))
+        try:
+            b.broadcast(buf)
+        except NativeBroadcastError as exc:
+            return _ranks.error_details(exc)
+        return bytes(buf) == data
+
+    out = run_forked([root, lambda: peer(1), lambda: peer(2)], close_in_parent=gone.fds())
+    assert out[0].status == "ok", out[0].describe()  # not killed by SIGPIPE
+    (details, sigpipe_default), first, second = values(out)
+    assert sigpipe_default
+    assert (first, second)[dying - 1] == "died"
+    _named(details, rank=0)
+    assert details["type"] == "NativePeerClosedError" and details["peer"] == dying
+    assert details["errno_name"] in ("EPIPE", "ECONNRESET")
+    assert f"write to peer {dying}" in details["message"]
+    assert details["again"] == "NativeBrokenError"
+    survivor = (first, second)[2 - dying]
+    if dying == 2:
+        assert survivor is True, "peer 1 is written before peer 2 and must get the bytes"
+    else:
+        _named(survivor, rank=2)
+        assert survivor["type"] == "NativePeerClosedError" and survivor["errno_name"] == "EOF"
+
+
+def test_root_dying_mid_broadcast_gives_peer_closed_with_byte_count(base_path):
+    path = base_path + "_0.sock"
+
+    def rogue_root():
+        with _ranks.listen_raw(path) as srv:
+            conn, _ = srv.accept()
+            with conn:
+                announced = conn.recv(4, socket.MSG_WAITALL)
+                conn.sendall(b"\x5a" + b"p" * 1000)  # probe, then 1000 of 4096 bytes
+                return announced
+
+    def peer():
+        b = _ranks.native()
+        b.initialize(1, 2, base_path)
+        try:
+            b.broadcast(bytearray(4096))
+        except NativeBroadcastError as exc:
+            return _ranks.error_details(exc)
+        return None
+
+    announced, details = values(run_forked([rogue_root, peer]))
+    assert announced == _ranks.rank_bytes(1)
+    _named(details, rank=1)
+    assert details["type"] == "NativePeerClosedError" and "peer closed" in details["message"]
+    assert (details["bytes_done"], details["bytes_total"]) == (1000, 4096)
+    assert "1000/4096 bytes" in details["message"] and details["peer"] == 0
+
+
+def test_io_deadline_on_a_stalled_root(base_path):
+    peer_done = Signal()
+
+    def root():
+        b = _ranks.native()
+        b.initialize(0, 2, base_path)
+        peer_done.wait()  # alive but never broadcasting
+        b.reset()
+        return True
+
+    def peer():
+        b = _ranks.native(io=0.3)
+        b.initialize(1, 2, base_path)
+        start = time.monotonic()
+        try:
+            b.broadcast(bytearray(4096))
+        except NativeBroadcastError as exc:
+            details = _ranks.error_details(exc)
+            details["wall"] = time.monotonic() - start
+        finally:
+            peer_done.notify()
+        return details
+
+    _, details = values(run_forked([root, peer], close_in_parent=peer_done.fds()))
+    _named(details, rank=1)
+    assert details["type"] == "NativeTimeoutError" and details["errno_name"] == "ETIMEDOUT"
+    assert details["phase"] == "broadcast" and 0.3 <= details["wall"] < 10.0
+
+
+# -- what is at the socket path ------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["regular file", "symlink", "directory"])
+def test_root_refuses_to_replace_a_non_socket(kind, base_path, short_dir):
+    path = base_path + "_0.sock"
+    target = os.path.join(short_dir, "precious")
+    with open(target, "w") as f:
+        f.write("keep me")
+    if kind == "regular file":
+        with open(path, "w") as f:
+            f.write("keep me")
+    elif kind == "symlink":
+        os.symlink(target, path)
+    else:
+        os.mkdir(path)
+    before = os.lstat(path)
+    [details] = values(run_forked([lambda: _init_error(0, 2, base_path)]))
+    _named(details, rank=0)
+    assert details["type"] == "NativeSecurityError" and f"a {kind} at" in details["message"]
+    after = os.lstat(path)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    with open(target) as f:
+        assert f.read() == "keep me"
