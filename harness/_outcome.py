@@ -1,0 +1,264 @@
+"""What happened to each rank of a group, and how to say it to a human.
+
+Every rank ends in exactly one :class:`Status`; the runner never guesses. The report is the
+product: a test that fails because rank 3 was SIGKILLed while rank 0 waited must say so in
+the first line, with the stack of every rank that was still running, so nobody has to rerun
+it under a debugger to learn what happened.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal as _signal
+from dataclasses import dataclass, field
+
+__all__ = [
+    "FaultRecord",
+    "GroupResult",
+    "RankGroupFailure",
+    "RankOutcome",
+    "Status",
+    "signal_name",
+]
+
+# How many trailing lines of captured output the report shows per stream.
+_TAIL_LINES = 40
+
+
+class Status(enum.Enum):
+    """How a rank ended.
+
+    ``OK`` and ``RAISED`` come from the rank's own result record; ``EXITED`` and
+    ``SIGNALED`` mean the process ended without one (``os._exit``, a crash, a signal);
+    ``TIMED_OUT`` means the harness had to kill it (group deadline or fail-fast grace).
+    """
+
+    OK = "ok"
+    RAISED = "raised"
+    EXITED = "exited"
+    SIGNALED = "signaled"
+    TIMED_OUT = "timed out"
+
+
+def signal_name(signum: int | None) -> str | None:
+    """``9`` -> ``"SIGKILL"``; unknown numbers keep their number so nothing is hidden."""
+    if signum is None:
+        return None
+    try:
+        return _signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+@dataclass(frozen=True)
+class FaultRecord:
+    """One fault that fired (or that a target declared with ``ctx.record``).
+
+    Written to the rank's result channel *before* the fault acts, so it survives the
+    rank's death: a test proves the fault happened, then judges the reaction.
+    ``time`` is seconds since the group started (all ranks share one monotonic clock).
+    """
+
+    rank: int
+    point: str
+    action: str
+    detail: str
+    time: float
+
+    def describe(self) -> str:
+        """One line: ``t=+0.012s rank 1 at 'after_handshake': Kill(SIGKILL)``."""
+        where = f" at {self.point!r}" if self.point else ""
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"t=+{self.time:.3f}s rank {self.rank}{where}: {self.action}{detail}"
+
+
+@dataclass(frozen=True)
+class RankOutcome:
+    """The fate of one rank. ``value`` is the unpickled return value of the target."""
+
+    rank: int
+    pid: int
+    status: Status
+    value: object = None
+    exc_type: str | None = None
+    exc_message: str | None = None
+    traceback: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    signal_name: str | None = None
+    stdout: str = ""
+    stderr: str = ""
+    duration: float = 0.0
+    stack_dump: str | None = None
+    faults: tuple[FaultRecord, ...] = ()
+    leaked_fds: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Returned normally and leaked no fds (only checked with ``check_fds=True``)."""
+        return self.status is Status.OK and not self.leaked_fds
+
+    def summary(self) -> str:
+        """One line naming the rank and its fate, e.g. ``rank 1 SIGNALED by SIGKILL``."""
+        head = f"rank {self.rank}"
+        if self.status is Status.OK:
+            if self.leaked_fds:
+                return f"{head} OK but leaked {len(self.leaked_fds)} fd(s)"
+            return f"{head} OK"
+        if self.status is Status.RAISED:
+            return f"{head} RAISED {self.exc_type}: {self.exc_message}"
+        if self.status is Status.EXITED:
+            return f"{head} EXITED with code {self.exit_code} (no result: os._exit or crash)"
+        if self.status is Status.SIGNALED:
+            return f"{head} SIGNALED by {self.signal_name}"
+        how = f", killed by {self.signal_name}" if self.signal_name else ""
+        return f"{head} TIMED OUT{how}" + (f" ({self.note})" if self.note else "")
+
+
+def _tail(text: str, lines: int = _TAIL_LINES) -> str:
+    parts = text.splitlines()
+    if len(parts) <= lines:
+        return text.rstrip("\n")
+    return f"[... {len(parts) - lines} earlier lines cut ...]\n" + "\n".join(parts[-lines:])
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """All outcomes of one ``run_ranks`` call (``outcomes[r]`` is rank ``r``).
+
+    ``survivors`` are pids of ours still alive after reaping (always a bug, and the runner
+    SIGKILLs them); ``leftover_files`` are paths (relative to the workdir) that the ranks
+    created and did not remove, excluding the harness's own capture files.
+    """
+
+    outcomes: tuple[RankOutcome, ...]
+    duration: float
+    seed: int
+    survivors: tuple[int, ...] = ()
+    leftover_files: tuple[str, ...] = ()
+    label: str = ""
+    workdir: str = ""
+    timeout: float = 0.0
+    failure_order: tuple[int, ...] = field(default=(), repr=False)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def ok(self) -> bool:
+        """Every rank returned normally (no leaked fds) and no process survived."""
+        return all(o.ok for o in self.outcomes) and not self.survivors
+
+    @property
+    def first_failure(self) -> RankOutcome | None:
+        """The rank that failed first in time; ranks the harness killed come last.
+
+        A group usually fails in a cascade (rank 2 dies, rank 0 then times out waiting
+        for it); the root cause is the earliest failure that the harness did not cause.
+        """
+        failed = [o for o in self.outcomes if not o.ok]
+        if not failed:
+            return None
+        order = {rank: i for i, rank in enumerate(self.failure_order)}
+        failed.sort(
+            key=lambda o: (o.status is Status.TIMED_OUT, order.get(o.rank, len(order)), o.rank)
+        )
+        return failed[0]
+
+    def replay_hint(self) -> str:
+        """The one line that reruns this exact schedule."""
+        return f"replay: TPBCAST_SEED={self.seed} (pytest: --tpbcast-seed={self.seed})"
+
+    def headline(self) -> str:
+        """First line of the report; names the first failing rank (pytest short summary)."""
+        label = f"[{self.label}] " if self.label else ""
+        first = self.first_failure
+        if first is not None:
+            more = sum(1 for o in self.outcomes if not o.ok) - 1
+            tail = f" (+{more} more failed rank(s))" if more else ""
+            return f"{label}{first.summary()} of world_size {self.world_size}{tail}"
+        if self.survivors:
+            pids = ", ".join(map(str, self.survivors))
+            return f"{label}{len(self.survivors)} process(es) survived the group: pid {pids}"
+        return f"{label}all {self.world_size} ranks OK in {self.duration:.3f}s"
+
+    def report(self) -> str:
+        """Readable text: headline, group facts, then one section per rank."""
+        lines = [
+            self.headline(),
+            f"group: world_size={self.world_size} duration={self.duration:.3f}s "
+            f"timeout={self.timeout:g}s seed={self.seed} workdir={self.workdir or '-'}",
+            self.replay_hint(),
+        ]
+        if self.survivors:
+            lines.append(
+                f"SURVIVORS (bug, SIGKILLed by the harness): {', '.join(map(str, self.survivors))}"
+            )
+        if self.leftover_files:
+            lines.append(f"leftover files in workdir: {', '.join(self.leftover_files)}")
+        for outcome in self.outcomes:
+            lines.append("")
+            lines.extend(_rank_section(outcome))
+        return "\n".join(lines)
+
+    def raise_for_failure(self) -> None:
+        """Raise :class:`RankGroupFailure` with the full report unless the group is ok."""
+        if not self.ok:
+            raise RankGroupFailure(self)
+
+
+def _rank_section(o: RankOutcome) -> list[str]:
+    lines = [
+        f"----- rank {o.rank} (pid {o.pid}): {o.status.name} "
+        f"in {o.duration:.3f}s -----",
+        f"  {o.summary()}",
+    ]
+    if o.exit_code is not None:
+        lines.append(f"  exit code: {o.exit_code}")
+    if o.signal is not None:
+        lines.append(f"  signal: {o.signal_name} ({o.signal})")
+    if o.note:
+        lines.append(f"  note: {o.note}")
+    if o.status is Status.OK and o.value is not None:
+        lines.append(f"  value: {_short_repr(o.value)}")
+    if o.traceback:
+        lines.append("  traceback:")
+        lines.append(_indent(o.traceback.rstrip("\n")))
+    if o.faults:
+        lines.append("  faults fired:")
+        lines.extend(f"    {f.describe()}" for f in o.faults)
+    if o.leaked_fds:
+        lines.append("  leaked fds (open at target end, not at start):")
+        lines.extend(f"    {fd}" for fd in o.leaked_fds)
+    if o.stack_dump:
+        lines.append("  stack dump when the harness stopped it (faulthandler):")
+        lines.append(_indent(o.stack_dump.rstrip("\n")))
+    for name, text in (("stdout", o.stdout), ("stderr", o.stderr)):
+        if text.strip():
+            lines.append(f"  {name} (tail):")
+            lines.append(_indent(_tail(text)))
+    return lines
+
+
+def _short_repr(value: object, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class RankGroupFailure(AssertionError):
+    """A group did not succeed. ``str()`` is the full report; its first line names the
+    first failing rank. Carries the :class:`GroupResult` as ``.result`` and pickles (so it
+    crosses xdist and process boundaries intact)."""
+
+    def __init__(self, result: GroupResult, message: str | None = None) -> None:
+        self.result = result
+        super().__init__(message if message is not None else result.report())
+
+    def __reduce__(self) -> tuple[type[RankGroupFailure], tuple[GroupResult, str]]:
+        return (type(self), (self.result, str(self)))

@@ -1,0 +1,130 @@
+"""Low-level process helpers shared by the runner, the rank bootstrap and the faults.
+
+Kept apart so each caller stays readable: ``prctl`` through ctypes (Python has no binding),
+coverage saving before ``os._exit`` (coverage only saves from atexit, which ``os._exit``
+skips: coverage.py issue #310), the fd snapshot for leak checks, and "is anything of ours
+still alive" probes that cost one syscall each.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+import sys
+from functools import cache
+
+__all__ = [
+    "PR_SET_PDEATHSIG_KILL",
+    "describe_fd",
+    "group_alive",
+    "killpg_quiet",
+    "list_group_members",
+    "open_fds",
+    "save_coverage",
+    "set_pdeathsig",
+]
+
+_PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG_KILL = int(signal.SIGKILL)
+
+
+@cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def preload() -> None:
+    """Resolve libc in the parent so a forked rank does no dlopen work."""
+    _libc()
+
+
+def set_pdeathsig(sig: int) -> None:
+    """Ask the kernel to send ``sig`` to us when our parent thread dies.
+
+    Caveat (documented in prctl(2)): "parent" is the *thread* that forked us; run_ranks
+    must be called from a thread that outlives the group (the main thread, in practice).
+    """
+    if _libc().prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_PDEATHSIG) failed: {errno.errorcode.get(err, err)}")
+
+
+def save_coverage() -> None:
+    """Stop and save coverage data if coverage is measuring this (forked) process.
+
+    Coverage notices the fork by the pid change and writes a separate data file when
+    ``parallel`` is on; ``coverage combine`` merges it. Never raises: losing coverage must
+    not turn a passing rank into a failing one.
+    """
+    if "coverage" not in sys.modules:
+        return
+    try:
+        import coverage
+
+        cov = coverage.Coverage.current()
+        if cov is not None:
+            cov.stop()
+            cov.save()
+    except Exception:  # noqa: BLE001, S110 - best effort by design
+        pass
+
+
+def open_fds() -> set[int]:
+    """File descriptors open in this process right now (the listing's own fd excluded)."""
+    fds = {int(name) for name in os.listdir("/proc/self/fd")}
+    alive = set()
+    for fd in fds:
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue  # the directory fd used for the listing, already closed
+        alive.add(fd)
+    return alive
+
+
+def describe_fd(fd: int) -> str:
+    """``fd 7 -> socket:[1234]`` (what a leaked fd points at)."""
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError as exc:
+        target = f"<{errno.errorcode.get(exc.errno or 0, exc.errno)}>"
+    return f"fd {fd} -> {target}"
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process (zombies included) is still in process group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else (pid reuse); treat as alive
+    return True
+
+
+def killpg_quiet(pgid: int, sig: int) -> None:
+    """``killpg`` that ignores a group that is already gone."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def list_group_members(pgids: set[int]) -> list[int]:
+    """Pids whose process group is one of ``pgids`` (scans /proc; only on the bad path)."""
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # Fields after the ")" that ends the command name: state ppid pgrp ...
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) in pgids:
+            members.append(int(name))
+    return sorted(members)

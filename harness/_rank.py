@@ -1,0 +1,206 @@
+"""Everything that happens inside a forked rank, from fork to ``os._exit``.
+
+The one rule: a forked rank never returns into the caller's code (pytest!). Every path,
+including a bug in this module, ends in ``os._exit``. Order matters and is commented.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import io
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import IO
+
+from ._channel import RecordWriter
+from ._context import RankContext
+from ._faults import PlannedFault
+from ._forksafety import make_rank_torch_safe
+from ._mesh import Mesh
+from ._proc import PR_SET_PDEATHSIG_KILL, describe_fd, open_fds, save_coverage, set_pdeathsig
+
+__all__ = ["RankSpec", "rank_main"]
+
+# Exit codes of the bootstrap itself (never used for a target's own outcome).
+EXIT_ORPHANED = 71  # parent died between fork and PR_SET_PDEATHSIG
+EXIT_BOOTSTRAP = 70  # the harness failed inside the rank before/after the target
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """What a rank needs, fixed in the parent before fork (inherited, never pickled)."""
+
+    rank: int
+    world_size: int
+    parent_pid: int
+    workdir: str
+    files: Mapping[str, str]  # "out", "err", "res", "stk" -> path
+    seed: int
+    start: float
+    deadline: float
+    timeout: float
+    sigpipe: str
+    check_fds: bool
+    faults: Mapping[str, tuple[PlannedFault, ...]]
+
+
+def _open_w(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+
+
+def _text_stream(fd: int) -> IO[str]:
+    """Unbuffered text on ``fd``: every write reaches the file before the next statement,
+    so output survives a SIGKILL."""
+    raw = io.FileIO(fd, "w", closefd=False)
+    return io.TextIOWrapper(
+        raw, encoding="utf-8", errors="backslashreplace", line_buffering=True, write_through=True
+    )
+
+
+def _exc_type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    mod = cls.__module__
+    return cls.__qualname__ if mod in ("builtins", "__main__") else f"{mod}.{cls.__qualname__}"
+
+
+def rank_main(
+    spec: RankSpec, mesh: Mesh, target: Callable[..., object], args: tuple[object, ...]
+) -> None:
+    """Run in the child right after ``os.fork()``; never returns."""
+    code = EXIT_BOOTSTRAP
+    try:
+        code = _run(spec, mesh, target, args)
+    except BaseException:  # noqa: BLE001 - last resort: say something on the captured stderr
+        try:
+            os.write(2, traceback.format_exc().encode(errors="backslashreplace"))
+        except BaseException:  # noqa: BLE001, S110
+            pass
+    finally:
+        os._exit(code)
+
+
+def _run(
+    spec: RankSpec, mesh: Mesh, target: Callable[..., object], args: tuple[object, ...]
+) -> int:
+    # 1. Own process group (the parent does the same from its side, closing the race),
+    #    so the runner can SIGKILL the rank and everything it forked with one killpg.
+    os.setpgid(0, 0)
+    # 2. Die with the parent. If it died before prctl took effect, we were reparented:
+    #    leave now instead of running unsupervised.
+    set_pdeathsig(PR_SET_PDEATHSIG_KILL)
+    if os.getppid() != spec.parent_pid:
+        return EXIT_ORPHANED
+    # 3. Signals: the parent may be pytest with handlers of its own.
+    if spec.sigpipe != "inherit":
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGUSR2, signal.SIGALRM):
+        signal.signal(sig, signal.SIG_DFL)
+    if "coverage" not in sys.modules:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # coverage's handler saves data; keep it
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:  # pragma: no cover - not the main thread
+        pass
+    # 4. Capture at the fd level into files: survives SIGKILL and C-level writes.
+    out, err, res, stk = (_open_w(spec.files[k]) for k in ("out", "err", "res", "stk"))
+    devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    os.dup2(devnull, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    for fd in (devnull, out, err):
+        os.close(fd)
+    sys.stdin = None  # type: ignore[assignment]
+    sys.stdout = _text_stream(1)
+    sys.stderr = _text_stream(2)
+    # 5. Stack dumps: SIGUSR1 -> every thread's Python stack into the stk file (the runner
+    #    sends it to hung ranks); crashes (SIGSEGV, SIGABRT, ...) -> stack on stderr.
+    stack_file = os.fdopen(stk, "w", closefd=True)
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True, chain=False)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    # 6. The torch fork hazard (see _forksafety).
+    make_rank_torch_safe()
+    # 7. The target, with the fd snapshot around it when asked.
+    writer = RecordWriter(res)
+    ctx = RankContext(
+        rank=spec.rank,
+        world_size=spec.world_size,
+        workdir=spec.workdir,
+        seed=spec.seed,
+        deadline=spec.deadline,
+        start=spec.start,
+        timeout=spec.timeout,
+        mesh=mesh.for_rank(spec.rank),
+        writer=writer,
+        faults=spec.faults,
+    )
+    before = open_fds() if spec.check_fds else set()
+    started = time.monotonic()
+    try:
+        value = target(ctx, *args)
+    except SystemExit as exc:
+        _finish(spec, writer, before)
+        _flush_and_save()
+        return _system_exit_code(exc)
+    except BaseException as exc:  # noqa: BLE001 - every exception is the rank's outcome
+        _finish(spec, writer, before)
+        writer.write(
+            "raised",
+            {
+                "type": _exc_type_name(exc),
+                "message": str(exc),
+                "traceback": "".join(traceback.format_exception(exc)),
+                "duration": time.monotonic() - started,
+            },
+        )
+        _flush_and_save()
+        return 1
+    _finish(spec, writer, before)
+    try:
+        writer.write("ok", {"value": value, "duration": time.monotonic() - started})
+    except Exception as exc:  # noqa: BLE001 - unpicklable return value
+        writer.write(
+            "raised",
+            {
+                "type": "tpbcast.harness.UnpicklableResult",
+                "message": (
+                    f"rank {spec.rank} returned a value of type {type(value).__name__} "
+                    f"that cannot be pickled back to the runner: {type(exc).__name__}: {exc}"
+                ),
+                "traceback": "".join(traceback.format_exception(exc)),
+                "duration": time.monotonic() - started,
+            },
+        )
+        _flush_and_save()
+        return 1
+    _flush_and_save()
+    return 0
+
+
+def _system_exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _finish(spec: RankSpec, writer: RecordWriter, before: set[int]) -> None:
+    if not spec.check_fds:
+        return
+    leaked = sorted(open_fds() - before)
+    writer.write("fds", tuple(describe_fd(fd) for fd in leaked))
+
+
+def _flush_and_save() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    save_coverage()

@@ -1,0 +1,397 @@
+"""``run_ranks``: fork N ranks from this (warm) process, supervise them, judge each one.
+
+Lifecycle of a group:
+
+1. checks (arguments, the torch fork hazard), a private short workdir, the sync mesh;
+2. ``os.fork`` x N (no multiprocessing, no spawn: a fork from a warm parent costs ~1-3 ms,
+   a spawn that imports torch ~1.4 s);
+3. one group deadline; the parent sleeps in ``poll`` on pidfds and wakes when a rank ends;
+   with ``fail_fast`` the first failure shrinks the deadline to ``fail_fast_grace``;
+4. at the deadline: SIGUSR1 (faulthandler stack dump), SIGTERM, ``kill_grace``, SIGKILL of
+   each rank's process group, reap. Those ranks are TIMED_OUT and carry their stacks;
+5. survivors (any process left in a rank's process group), leftover files, cleanup.
+
+Whatever happens in the parent (KeyboardInterrupt, a bug), the ``finally`` clause kills
+and reaps every rank: a group never outlives its ``run_ranks`` call.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ._channel import read_records
+from ._faults import FaultPlan
+from ._forksafety import check_fork_safety
+from ._mesh import Mesh
+from ._outcome import FaultRecord, GroupResult, RankOutcome, Status, signal_name
+from ._proc import group_alive, killpg_quiet, list_group_members, preload
+from ._rank import RankSpec, rank_main
+from ._reaper import Reaper
+from ._workdir import Workdir
+
+__all__ = ["SEED_ENV", "run_ranks"]
+
+SEED_ENV = "TPBCAST_SEED"
+_DUMP_WAIT_MAX = 1.0  # seconds to wait for faulthandler dumps of hung ranks
+_REAP_AFTER_KILL = 10.0  # a SIGKILLed process normally goes in microseconds
+_SURVIVOR_GRACE = 0.5  # grandchildren killed by PDEATHSIG need a moment to go
+
+
+@dataclass
+class _Rank:
+    rank: int
+    pid: int
+    forked_at: float
+    status: int | None = None  # raw wait status once reaped
+    ended_at: float | None = None
+    killed_by_harness: bool = False
+    note: str = ""
+
+
+def _resolve_seed(seed: int | None, faults: FaultPlan | None) -> int:
+    if seed is not None:
+        return int(seed)
+    if faults is not None and faults.seed is not None:
+        return int(faults.seed)
+    env = os.environ.get(SEED_ENV, "").strip()
+    if env:
+        try:
+            return int(env, 0)
+        except ValueError:
+            raise ValueError(f"{SEED_ENV}={env!r} is not an integer seed") from None
+    return int.from_bytes(os.urandom(4), "little")
+
+
+def _validate(
+    world_size: int, timeout: float, fail_fast_grace: float, kill_grace: float, sigpipe: str
+) -> None:
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"run_ranks: world_size must be an int >= 1, got {world_size!r}")
+    for name, value in (
+        ("timeout", timeout),
+        ("fail_fast_grace", fail_fast_grace),
+        ("kill_grace", kill_grace),
+    ):
+        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            raise ValueError(f"run_ranks: {name} must be a finite number >= 0, got {value!r}")
+    if timeout <= 0:
+        raise ValueError(f"run_ranks: timeout must be > 0 seconds, got {timeout!r}")
+    if sigpipe not in ("default", "inherit"):
+        raise ValueError(f"run_ranks: sigpipe must be 'default' or 'inherit', got {sigpipe!r}")
+
+
+def _fork(spec: RankSpec, mesh: Mesh, target: Callable[..., object], args: tuple[object, ...]) -> int:
+    if sys.version_info >= (3, 12):  # pragma: no cover - 3.11 in CI
+        with warnings.catch_warnings():
+            # Python 3.12 warns about fork in a threaded process; the ranks never touch
+            # the other threads' state (see _forksafety for the one hazard that matters).
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            pid = os.fork()
+    else:
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child side is measured by the rank's coverage
+        rank_main(spec, mesh, target, args)
+    try:
+        os.setpgid(pid, pid)  # also done by the child; whoever runs first wins the race
+    except OSError:
+        pass  # the child already did it (EACCES after exec never happens) or is gone
+    return pid
+
+
+def run_ranks(
+    target: Callable[..., object],
+    world_size: int,
+    *,
+    timeout: float = 30.0,
+    args: tuple[object, ...] = (),
+    faults: FaultPlan | None = None,
+    fail_fast: bool = True,
+    fail_fast_grace: float = 1.0,
+    kill_grace: float = 2.0,
+    sigpipe: str = "default",
+    check_fds: bool = False,
+    workdir: str | None = None,
+    seed: int | None = None,
+    label: str = "",
+) -> GroupResult:
+    """Run ``target(ctx, *args)`` in ``world_size`` forked ranks and judge each one.
+
+    Never raises for a rank's failure: inspect the result or call
+    ``result.raise_for_failure()``. Raises ``ValueError`` for bad arguments and
+    ``ForkSafetyError`` when forking now would hang the ranks (torch's OpenMP pool).
+    Must be called from a thread that outlives the group (PR_SET_PDEATHSIG is per thread).
+    """
+    _validate(world_size, timeout, fail_fast_grace, kill_grace, sigpipe)
+    if faults is not None:
+        faults.validate(world_size)
+    check_fork_safety()
+    preload()
+    group_seed = _resolve_seed(seed, faults)
+    wd = Workdir.open(workdir)
+    mesh: Mesh | None = None
+    ranks: list[_Rank] = []
+    reaper = Reaper()
+    start = time.monotonic()
+    try:
+        mesh = Mesh.create(world_size)
+        for stream in (sys.stdout, sys.stderr):  # or the ranks would print it again
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        start = time.monotonic()
+        deadline = start + timeout
+        parent = os.getpid()
+        for r in range(world_size):
+            spec = RankSpec(
+                rank=r,
+                world_size=world_size,
+                parent_pid=parent,
+                workdir=wd.path,
+                files={k: wd.file(r, k) for k in ("out", "err", "res", "stk")},
+                seed=group_seed,
+                start=start,
+                deadline=deadline,
+                timeout=timeout,
+                sigpipe=sigpipe,
+                check_fds=check_fds,
+                faults=faults.for_rank(r) if faults is not None else {},
+            )
+            forked_at = time.monotonic()
+            pid = _fork(spec, mesh, target, args)
+            ranks.append(_Rank(r, pid, forked_at))
+            reaper.add(pid)
+        mesh.parent_after_fork()
+        failure_order = _supervise(ranks, reaper, wd, deadline, fail_fast, fail_fast_grace,
+                                   kill_grace, timeout)
+    finally:
+        _kill_and_reap(ranks, reaper)
+        reaper.close()
+        if mesh is not None:
+            mesh.parent_close()
+    survivors = _survivors(ranks)
+    outcomes = tuple(_outcome(r, wd) for r in ranks)
+    leftovers = wd.leftovers()
+    wd.remove()
+    return GroupResult(
+        outcomes=outcomes,
+        duration=time.monotonic() - start,
+        seed=group_seed,
+        survivors=survivors,
+        leftover_files=leftovers,
+        label=label,
+        workdir=wd.path,
+        timeout=timeout,
+        failure_order=tuple(failure_order),
+    )
+
+
+def _failed(status: int, res_path: str) -> bool:
+    """Did a rank that just ended fail (for fail-fast)? Exit 0 without a record does not
+    count (it is reported as EXITED, but it is not a crash that strands the others)."""
+    if os.WIFSIGNALED(status):
+        return True
+    records = read_records(res_path)
+    if any(rec.kind == "raised" for rec in records):
+        return True
+    if any(rec.kind == "ok" for rec in records):
+        return False
+    return os.WEXITSTATUS(status) != 0
+
+
+def _supervise(
+    ranks: list[_Rank],
+    reaper: Reaper,
+    wd: Workdir,
+    deadline: float,
+    fail_fast: bool,
+    fail_fast_grace: float,
+    kill_grace: float,
+    timeout: float,
+) -> list[int]:
+    by_pid = {r.pid: r for r in ranks}
+    failure_order: list[int] = []
+    reason = f"group deadline of {timeout:g}s"
+    while reaper.live:
+        if time.monotonic() >= deadline:
+            break
+        for pid, status in reaper.wait(deadline):
+            rank = by_pid[pid]
+            rank.status, rank.ended_at = status, reaper.reaped_at[pid]
+            if _failed(status, wd.file(rank.rank, "res")):
+                failure_order.append(rank.rank)
+                if fail_fast:
+                    cut = time.monotonic() + fail_fast_grace
+                    if cut < deadline:
+                        deadline = cut
+                        reason = (
+                            f"fail-fast: rank {rank.rank} failed, the others got "
+                            f"{fail_fast_grace:g}s more"
+                        )
+    if reaper.live:
+        _stop_hung([by_pid[p] for p in reaper.live], reaper, wd, reason, kill_grace)
+        for r in ranks:
+            if r.killed_by_harness:
+                failure_order.append(r.rank)
+    return failure_order
+
+
+def _stop_hung(
+    hung: list[_Rank], reaper: Reaper, wd: Workdir, reason: str, kill_grace: float
+) -> None:
+    """Stack dump, SIGTERM, grace, SIGKILL of the process group; reap."""
+    by_pid = {r.pid: r for r in hung}
+
+    def collect(until: float) -> None:
+        while reaper.live and time.monotonic() < until:
+            for pid, status in reaper.wait(until):
+                rank = by_pid.get(pid)
+                if rank is not None:
+                    rank.status, rank.ended_at = status, reaper.reaped_at[pid]
+
+    for r in hung:
+        for sig in (signal.SIGUSR1, signal.SIGCONT):  # a SIGSTOPped rank must run to dump
+            try:
+                os.kill(r.pid, sig)
+            except ProcessLookupError:
+                pass
+    _wait_for_dumps([r for r in hung if r.pid in reaper.live], wd, kill_grace)
+    for r in hung:
+        if r.pid in reaper.live:
+            r.killed_by_harness = True
+            r.note = f"stopped by the harness: {reason}"
+            killpg_quiet(r.pid, signal.SIGTERM)
+            killpg_quiet(r.pid, signal.SIGCONT)
+    collect(time.monotonic() + kill_grace)
+    for r in hung:
+        if r.pid in reaper.live:
+            r.note += f"; ignored SIGTERM for {kill_grace:g}s, SIGKILLed"
+            killpg_quiet(r.pid, signal.SIGKILL)
+    collect(time.monotonic() + _REAP_AFTER_KILL)
+
+
+def _wait_for_dumps(live: list[_Rank], wd: Workdir, kill_grace: float) -> None:
+    """Poll (bounded) until every live rank's stack file has stopped growing."""
+    until = time.monotonic() + min(_DUMP_WAIT_MAX, max(0.2, kill_grace / 2))
+    sizes: dict[int, int] = {}
+    while live and time.monotonic() < until:
+        time.sleep(0.005)  # polling a file with a deadline; the dump needs a time slice
+        now = {r.rank: _size(wd.file(r.rank, "stk")) for r in live}
+        if all(now[k] > 0 and sizes.get(k) == now[k] for k in now):
+            return
+        sizes = now
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _kill_and_reap(ranks: list[_Rank], reaper: Reaper) -> None:
+    """Last line of defence (exceptions in the parent): nothing outlives the call."""
+    if not reaper.live:
+        return
+    by_pid = {r.pid: r for r in ranks}
+    for pid in reaper.live:
+        killpg_quiet(pid, signal.SIGKILL)
+        by_pid[pid].killed_by_harness = True
+        by_pid[pid].note = by_pid[pid].note or "killed by the harness (run_ranks was interrupted)"
+    until = time.monotonic() + _REAP_AFTER_KILL
+    while reaper.live and time.monotonic() < until:
+        for pid, status in reaper.wait(until):
+            by_pid[pid].status, by_pid[pid].ended_at = status, reaper.reaped_at[pid]
+
+
+def _survivors(ranks: list[_Rank]) -> tuple[int, ...]:
+    """Processes still in a rank's process group after the rank was reaped (bug: reported
+    and SIGKILLed), plus ranks that could not be reaped at all."""
+    unreaped = [r.pid for r in ranks if r.status is None]
+    groups = {r.pid for r in ranks if group_alive(r.pid)}
+    if not groups:
+        return tuple(unreaped)
+    until = time.monotonic() + _SURVIVOR_GRACE
+    members = list_group_members(groups)
+    while members and time.monotonic() < until:
+        time.sleep(0.005)  # PDEATHSIG victims need a time slice to go (bounded poll)
+        members = list_group_members(groups)
+    for pid in members:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return tuple(sorted(set(members) | set(unreaped)))
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", errors="backslashreplace")
+    except FileNotFoundError:
+        return ""
+
+
+def _outcome(r: _Rank, wd: Workdir) -> RankOutcome:
+    records = read_records(wd.file(r.rank, "res"))
+    faults = tuple(rec.payload for rec in records if rec.kind == "fault")
+    fault_records = tuple(f for f in faults if isinstance(f, FaultRecord))
+    leaked: tuple[str, ...] = ()
+    final = None
+    for rec in records:
+        if rec.kind == "fds" and isinstance(rec.payload, tuple):
+            leaked = tuple(str(x) for x in rec.payload)
+        elif rec.kind in ("ok", "raised", "unloadable"):
+            final = rec
+    status_raw = r.status
+    exit_code = sig = None
+    if status_raw is not None:
+        if os.WIFSIGNALED(status_raw):
+            sig = os.WTERMSIG(status_raw)
+        elif os.WIFEXITED(status_raw):
+            exit_code = os.WEXITSTATUS(status_raw)
+    base = RankOutcome(
+        rank=r.rank,
+        pid=r.pid,
+        status=Status.EXITED,
+        exit_code=exit_code,
+        signal=sig,
+        signal_name=signal_name(sig),
+        stdout=_read_text(wd.file(r.rank, "out")),
+        stderr=_read_text(wd.file(r.rank, "err")),
+        duration=(r.ended_at or time.monotonic()) - r.forked_at,
+        stack_dump=_read_text(wd.file(r.rank, "stk")) or None,
+        faults=fault_records,
+        leaked_fds=leaked,
+        note=r.note,
+    )
+    if r.killed_by_harness or status_raw is None:
+        return replace(base, status=Status.TIMED_OUT)
+    if sig is not None:
+        return replace(base, status=Status.SIGNALED)
+    payload = final.payload if final is not None else None
+    if final is not None and final.kind == "ok" and isinstance(payload, dict):
+        return replace(base, status=Status.OK, value=payload.get("value"))
+    if final is not None and final.kind == "raised" and isinstance(payload, dict):
+        return replace(
+            base,
+            status=Status.RAISED,
+            exc_type=str(payload.get("type")),
+            exc_message=str(payload.get("message")),
+            traceback=str(payload.get("traceback")),
+        )
+    if final is not None and final.kind == "unloadable":
+        return replace(
+            base,
+            status=Status.RAISED,
+            exc_type="tpbcast.harness.UnloadableResult",
+            exc_message=f"rank {r.rank}'s result could not be unpickled: {payload}",
+        )
+    return base
