@@ -1,0 +1,646 @@
+"""The clause registry: load ``clauses.toml`` into typed values and render ``SPEC.md`` from it.
+
+Why one registry: tests cite clause ids, reports list verdicts per clause and ``SPEC.md`` is what
+people read; if they came from three places they would drift.  So the TOML file is the only
+source, this module validates it strictly (ids are never renumbered or reused, levels and areas
+are known, capabilities exist in the adapter contract), and ``SPEC.md`` is generated from it
+and checked for staleness by a test and by ``--check``.
+
+Command line::
+
+    python -m tpbcast.conformance.spec            # print SPEC.md to stdout
+    python -m tpbcast.conformance.spec --write    # regenerate conformance/SPEC.md
+    python -m tpbcast.conformance.spec --check    # exit 1 if conformance/SPEC.md is stale
+    python -m tpbcast.conformance.spec --list WIRE INIT-3   # one line per selected clause
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import re
+import sys
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = [
+    "AREAS",
+    "CAPABILITIES",
+    "LEVELS",
+    "SCOPES",
+    "SPEC_MD_PATH",
+    "SPEC_TOML_PATH",
+    "UPSTREAM_STATES",
+    "Area",
+    "Clause",
+    "NotedPoint",
+    "RetiredClause",
+    "Spec",
+    "SpecError",
+    "default_spec",
+    "load_spec",
+    "main",
+    "render_markdown",
+]
+
+SPEC_TOML_PATH: Final = Path(__file__).with_name("clauses.toml")
+SPEC_MD_PATH: Final = Path(__file__).with_name("SPEC.md")
+
+#: Areas in presentation order.  The TOML must declare exactly these.
+AREAS: Final = (
+    "WIRE",
+    "INIT",
+    "BCAST",
+    "RESET",
+    "TIME",
+    "FAULT",
+    "SEC",
+    "FALLBACK",
+    "HYG",
+    "ADAPT",
+)
+#: RFC 2119 levels, strongest first.
+LEVELS: Final = ("MUST", "SHOULD", "MAY")
+#: "suite": judged through the adapter contract; "reference": judged by the reference's
+#: self-tests only (it constrains helpers that are not part of the adapter contract).
+SCOPES: Final = ("suite", "reference")
+UPSTREAM_STATES: Final = ("conforms", "deviates", "absent")
+
+#: Adapter capabilities and the members they promise (DESIGN.md, "Adapter contract").
+CAPABILITIES: Final[Mapping[str, str]] = {
+    "deadlines": "`set_deadlines(*, connect=None, init=None, io=None)` before `initialize`",
+    "generation": "`generation` attribute/property (int)",
+    "abstract_namespace": "`set_abstract_namespace(enabled: bool)` before `initialize`",
+    "tensors": "`broadcast` accepts torch CPU tensors (contiguous or not)",
+    "multi_buffer": "`broadcast` accepts a list of buffers, sent back to back",
+    "peer_credentials": "rejects peers of another uid (SO_PEERCRED)",
+    "secure_dir": "verifies/creates the socket dir 0700",
+    "dispatch": "`make_dispatcher(...)`: fallback dispatch layer (issue 6)",
+    "error_details": "errors carry `rank/peer/phase/...` attributes",
+}
+
+_ID_RE: Final = re.compile(r"^(?P<area>[A-Z]+)-(?P<number>[1-9][0-9]*)$")
+# Two sentences look like ". Capital" inside the text; "e.g. x" and "(a. b)" do not match.
+_SENTENCE_BREAK_RE: Final = re.compile(r"[.!?]\s+[A-Z]")
+_CLAUSE_KEYS: Final = frozenset(
+    {
+        "id",
+        "area",
+        "level",
+        "title",
+        "requirement",
+        "rationale",
+        "capabilities",
+        "scope",
+        "upstream",
+        "upstream_note",
+    }
+)
+_REQUIRED_CLAUSE_KEYS: Final = ("id", "area", "level", "title", "requirement", "rationale")
+
+
+class SpecError(ValueError):
+    """The clause registry is invalid; ``problems`` lists every defect found, not just the first."""
+
+    def __init__(self, problems: Sequence[str], source: str = "") -> None:
+        self.problems = tuple(problems)
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} problem(s){where}:\n{lines}")
+
+
+@dataclass(frozen=True)
+class Area:
+    """A group of clauses (``WIRE``, ``INIT``, ...) with a title and a one-paragraph summary."""
+
+    id: str
+    title: str
+    summary: str
+
+    @property
+    def anchor(self) -> str:
+        """HTML anchor of the area's section in SPEC.md (``area-wire``)."""
+        return f"area-{self.id.lower()}"
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One numbered requirement.  ``id`` is stable forever; ``anchor`` is its SPEC.md anchor."""
+
+    id: str
+    area: str
+    number: int
+    level: str
+    title: str
+    requirement: str
+    rationale: str
+    capabilities: tuple[str, ...] = ()
+    scope: str = "suite"
+    upstream: str | None = None
+    upstream_note: str = ""
+
+    @property
+    def anchor(self) -> str:
+        """``WIRE-1`` -> ``wire-1``: reports link to ``SPEC.md#wire-1``."""
+        return self.id.lower()
+
+    @property
+    def suite_testable(self) -> bool:
+        """True if the conformance suite judges this clause (scope "suite")."""
+        return self.scope == "suite"
+
+    @property
+    def needs_test(self) -> bool:
+        """MUST and SHOULD clauses of the suite's scope must be cited by at least one test."""
+        return self.suite_testable and self.level in ("MUST", "SHOULD")
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        """Presentation order: area order of :data:`AREAS`, then clause number."""
+        return (AREAS.index(self.area), self.number)
+
+
+@dataclass(frozen=True)
+class RetiredClause:
+    """An id that was dropped; it may never be given to another clause."""
+
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class NotedPoint:
+    """A review point that deliberately is not a clause, with the reason (shown in SPEC.md)."""
+
+    source: str
+    point: str
+    disposition: str
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The validated registry.  Clauses are in presentation order (area, then number)."""
+
+    name: str
+    version: str
+    areas: tuple[Area, ...]
+    clauses: tuple[Clause, ...]
+    retired: tuple[RetiredClause, ...] = ()
+    noted: tuple[NotedPoint, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """``"<name> <version>"``, recorded in every report."""
+        return f"{self.name} {self.version}"
+
+    def __iter__(self) -> Iterator[Clause]:
+        return iter(self.clauses)
+
+    def __len__(self) -> int:
+        return len(self.clauses)
+
+    def __contains__(self, clause_id: object) -> bool:
+        return isinstance(clause_id, str) and clause_id.upper() in self._by_id
+
+    def __getitem__(self, clause_id: str) -> Clause:
+        try:
+            return self._by_id[clause_id.upper()]
+        except KeyError:
+            raise KeyError(self._unknown_message(clause_id)) from None
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(c.id for c in self.clauses)
+
+    @functools.cached_property
+    def _by_id(self) -> dict[str, Clause]:
+        return {c.id: c for c in self.clauses}
+
+    def area(self, area_id: str) -> Area:
+        for area in self.areas:
+            if area.id == area_id.upper():
+                return area
+        raise KeyError(f"unknown area {area_id!r}; areas are {', '.join(AREAS)}")
+
+    def by_area(self, area_id: str) -> tuple[Clause, ...]:
+        """Clauses of one area, in number order (``KeyError`` for an unknown area)."""
+        area = self.area(area_id)
+        return tuple(c for c in self.clauses if c.area == area.id)
+
+    def by_level(self, level: str) -> tuple[Clause, ...]:
+        return tuple(c for c in self.clauses if c.level == level.upper())
+
+    def requiring_tests(self) -> tuple[Clause, ...]:
+        """The clauses a suite run must cite at least once (MUST/SHOULD, scope "suite")."""
+        return tuple(c for c in self.clauses if c.needs_test)
+
+    def select(self, selectors: Iterable[str]) -> tuple[Clause, ...]:
+        """Clauses matching any selector, h2spec style, in presentation order.
+
+        A selector is an area (``"WIRE"``: every WIRE clause) or a clause id (``"INIT-3"``:
+        exactly that clause, never INIT-30).  Case does not matter.  No selectors selects all.
+
+        :raises KeyError: a selector matches nothing (a typo must not select zero tests).
+        """
+        wanted = [s.strip().upper() for s in selectors if s.strip()]
+        if not wanted:
+            return self.clauses
+        chosen: set[str] = set()
+        for sel in wanted:
+            if sel in AREAS:
+                chosen.update(c.id for c in self.clauses if c.area == sel)
+            elif sel in self._by_id:
+                chosen.add(sel)
+            else:
+                raise KeyError(self._unknown_message(sel))
+        return tuple(c for c in self.clauses if c.id in chosen)
+
+    def _unknown_message(self, selector: str) -> str:
+        retired = {r.id: r.reason for r in self.retired}
+        if selector.upper() in retired:
+            return f"clause {selector} is retired ({retired[selector.upper()]})"
+        return (
+            f"unknown clause or area {selector!r}; areas are {', '.join(AREAS)}; "
+            "use 'python -m tpbcast.conformance.spec --list' to see the clauses"
+        )
+
+
+# -------------------------------------------------------------------------------------------
+# Loading and validation
+# -------------------------------------------------------------------------------------------
+
+
+def load_spec(path: Path | str | None = None) -> Spec:
+    """Load and validate a clause registry (default: the packaged ``clauses.toml``).
+
+    :raises SpecError: listing every problem found in the file.
+    """
+    source = Path(path) if path is not None else SPEC_TOML_PATH
+    with source.open("rb") as fh:
+        data = tomllib.load(fh)
+    return _build(data, str(source))
+
+
+@functools.cache
+def default_spec() -> Spec:
+    """The packaged registry, loaded once per process."""
+    return load_spec()
+
+
+def _text(raw: Mapping[str, Any], key: str, where: str, problems: list[str]) -> str:
+    value = raw.get(key, "")
+    if not isinstance(value, str) or not value.strip():
+        problems.append(f"{where}: '{key}' must be a non-empty string")
+        return ""
+    return " ".join(value.split())
+
+
+def _build(data: Mapping[str, Any], source: str) -> Spec:
+    problems: list[str] = []
+    meta = data.get("spec", {})
+    name = _text(meta, "name", "[spec]", problems)
+    version = _text(meta, "version", "[spec]", problems)
+    areas = _build_areas(data.get("area", []), problems)
+    retired = _build_retired(data.get("retired", []), problems)
+    retired_ids = {r.id for r in retired}
+    clauses: list[Clause] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(data.get("clause", [])):
+        clause = _build_clause(raw, f"clause #{i + 1}", problems)
+        if clause is None:
+            continue
+        if clause.id in seen:
+            problems.append(f"{clause.id}: duplicate id")
+        if clause.id in retired_ids:
+            problems.append(f"{clause.id}: id is retired and may never be reused")
+        seen.add(clause.id)
+        clauses.append(clause)
+    noted = [
+        NotedPoint(
+            source=_text(raw, "source", f"noted #{i + 1}", problems),
+            point=_text(raw, "point", f"noted #{i + 1}", problems),
+            disposition=_text(raw, "disposition", f"noted #{i + 1}", problems),
+        )
+        for i, raw in enumerate(data.get("noted", []))
+    ]
+    problems.extend(f"area {a} has no clause" for a in AREAS if all(c.area != a for c in clauses))
+    unknown_top = set(data) - {"spec", "area", "clause", "retired", "noted"}
+    if unknown_top:
+        problems.append(f"unknown top-level keys {sorted(unknown_top)}")
+    if problems:
+        raise SpecError(problems, source)
+    clauses.sort(key=lambda c: c.sort_key)
+    return Spec(
+        name=name,
+        version=version,
+        areas=tuple(areas),
+        clauses=tuple(clauses),
+        retired=tuple(retired),
+        noted=tuple(noted),
+    )
+
+
+def _build_areas(raws: Sequence[Mapping[str, Any]], problems: list[str]) -> list[Area]:
+    areas = [
+        Area(
+            id=_text(raw, "id", f"area #{i + 1}", problems),
+            title=_text(raw, "title", f"area #{i + 1}", problems),
+            summary=_text(raw, "summary", f"area #{i + 1}", problems),
+        )
+        for i, raw in enumerate(raws)
+    ]
+    declared = [a.id for a in areas]
+    if sorted(declared) != sorted(AREAS):
+        problems.append(f"areas must be exactly {', '.join(AREAS)} once each; got {declared}")
+    areas.sort(key=lambda a: AREAS.index(a.id) if a.id in AREAS else len(AREAS))
+    return areas
+
+
+def _build_retired(raws: Sequence[Any], problems: list[str]) -> list[RetiredClause]:
+    retired: list[RetiredClause] = []
+    for i, raw in enumerate(raws):
+        where = f"retired #{i + 1}"
+        if not isinstance(raw, Mapping):
+            problems.append(f"{where}: must be a table {{ id = ..., reason = ... }}")
+            continue
+        rid = _text(raw, "id", where, problems)
+        if rid and not _ID_RE.match(rid):
+            problems.append(f"{where}: id {rid!r} is not of the form AREA-N")
+        retired.append(RetiredClause(id=rid, reason=_text(raw, "reason", where, problems)))
+    return retired
+
+
+def _build_clause(raw: Mapping[str, Any], where: str, problems: list[str]) -> Clause | None:
+    before = len(problems)
+    unknown = set(raw) - _CLAUSE_KEYS
+    if unknown:
+        problems.append(f"{where}: unknown keys {sorted(unknown)} (typo?)")
+    problems.extend(f"{where}: missing '{k}'" for k in _REQUIRED_CLAUSE_KEYS if k not in raw)
+    if len(problems) > before:
+        return None
+    cid = _text(raw, "id", where, problems)
+    match = _ID_RE.match(cid)
+    if not match:
+        problems.append(f"{where}: id {cid!r} is not of the form AREA-N (N >= 1, no leading 0)")
+        return None
+    clause = Clause(
+        id=cid,
+        area=_text(raw, "area", cid, problems),
+        number=int(match["number"]),
+        level=_text(raw, "level", cid, problems),
+        title=_text(raw, "title", cid, problems),
+        requirement=_text(raw, "requirement", cid, problems),
+        rationale=_text(raw, "rationale", cid, problems),
+        capabilities=_string_list(raw.get("capabilities", []), f"{cid}: 'capabilities'", problems),
+        scope=str(raw.get("scope", "suite")),
+        upstream=None if raw.get("upstream") is None else str(raw["upstream"]),
+        upstream_note=" ".join(str(raw.get("upstream_note", "")).split()),
+    )
+    problems.extend(_clause_problems(clause, match["area"]))
+    return clause
+
+
+def _string_list(value: object, where: str, problems: list[str]) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        problems.append(f"{where} must be a list of strings")
+        return ()
+    return tuple(value)
+
+
+def _clause_problems(c: Clause, id_area: str) -> Iterator[str]:
+    """Semantic checks of one clause (the shape was checked while building it)."""
+    if c.area != id_area:
+        yield f"{c.id}: area {c.area!r} does not match the id prefix {id_area!r}"
+    if c.area not in AREAS:
+        yield f"{c.id}: unknown area {c.area!r}"
+    if c.level not in LEVELS:
+        yield f"{c.id}: level {c.level!r} is not one of {', '.join(LEVELS)}"
+    if c.requirement and not c.requirement.endswith("."):
+        yield f"{c.id}: the requirement must be one sentence ending in '.'"
+    if _SENTENCE_BREAK_RE.search(c.requirement):
+        yield f"{c.id}: the requirement must be ONE sentence"
+    for cap in c.capabilities:
+        if cap not in CAPABILITIES:
+            yield f"{c.id}: unknown capability {cap!r}; known: {', '.join(sorted(CAPABILITIES))}"
+    if c.scope not in SCOPES:
+        yield f"{c.id}: scope {c.scope!r} is not one of {', '.join(SCOPES)}"
+    if c.upstream is not None and c.upstream not in UPSTREAM_STATES:
+        yield f"{c.id}: upstream {c.upstream!r} not one of {', '.join(UPSTREAM_STATES)}"
+
+
+# -------------------------------------------------------------------------------------------
+# SPEC.md
+# -------------------------------------------------------------------------------------------
+
+_GENERATED_NOTE: Final = (
+    "<!-- Generated from conformance/clauses.toml by "
+    "`python -m tpbcast.conformance.spec --write`. Do not edit by hand. -->"
+)
+
+_INTRO: Final = """\
+This document is the contract a CPU tensor-parallel broadcaster must meet to be wire-compatible
+with RTP-LLM's `CpuTpBroadcaster` (wire protocol v1) and to fix every defect its reviewers found
+(PR #960). Each clause has a stable id (`AREA-N`, never renumbered or reused), a level, one
+requirement sentence and its rationale, so tests can cite it (`@pytest.mark.clause("WIRE-1")`)
+and reports can link to it (`SPEC.md#wire-1`).
+
+## Levels
+
+| level | meaning | effect on a suite run |
+|---|---|---|
+| **MUST** | an absolute requirement (RFC 2119) | a FAIL or ERROR makes the exit status 1 |
+| **SHOULD** | required unless there is a documented reason not to | reported, exit status kept |
+| **MAY** | optional; if present it must work as described | reported for information |
+
+A clause with scope *reference* constrains helpers of the reference implementation that are not
+part of the adapter contract (the base-path helper); the reference's self-tests judge it, the
+conformance suite does not. Every MUST and SHOULD clause of scope *suite* is cited by at least one
+test of the suite.
+
+## Verdicts
+
+| verdict | meaning |
+|---|---|
+| **PASS** | every check citing the clause ran and passed |
+| **FAIL** | at least one check showed the implementation violating the clause |
+| **UNSUPPORTED** | every check needs a capability the implementation does not declare |
+| **ERROR** | a check could not judge the clause (the harness or the test itself broke) |
+| **NOT_TESTED** | no check citing the clause ran (deselected, or none exists) |
+
+A clause's verdict aggregates its checks: any FAIL gives FAIL, else any ERROR gives ERROR, else
+all UNSUPPORTED gives UNSUPPORTED, else PASS; no checks gives NOT_TESTED.
+
+## Adapter contract
+
+An implementation is a factory `"module:callable"`; calling it with no arguments returns a fresh
+broadcaster object (see DESIGN.md for the full contract):
+
+| member | required | meaning |
+|---|---|---|
+| `initialize(rank, world_size, base_path)` | yes | bootstrap; raises on failure |
+| `broadcast(buffer, root=0)` | yes | a writable buffer (bytearray, memoryview, numpy); in place |
+| `reset()` | yes | idempotent teardown |
+| `is_initialized() -> bool` | yes | |
+| `capabilities` | no | iterable of capability names (below); absent = none |
+| `name`, `version` | no | shown in reports (default: module name, package version) |
+
+Capabilities unlock optional members. A clause that lists a capability the implementation does
+not declare is reported UNSUPPORTED, distinct from PASS and FAIL.
+"""
+
+
+def _md(text: str) -> str:
+    """Escape ``<``/``>``/``|`` outside backtick code spans so titles like <base_path> render."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # even parts are outside code spans
+        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    return "`".join(parts)
+
+
+def render_markdown(spec: Spec) -> str:
+    """Render the whole SPEC.md text (deterministic: same registry, same bytes)."""
+    out: list[str] = [_GENERATED_NOTE, "", f"# {spec.name}", "", f"Version {spec.version}.", ""]
+    out.append(_INTRO)
+    out.append("| capability | member(s) it promises |")
+    out.append("|---|---|")
+    out.extend(f"| `{cap}` | {_md(text)} |" for cap, text in CAPABILITIES.items())
+    out.append("")
+    out.append("## Upstream column")
+    out.append("")
+    out.append(
+        "Each clause notes how RTP-LLM HEAD (4b8d39cd5) behaves: *conforms*, *deviates* (with "
+        "how), or *absent* (the feature does not exist there). Sources are cited as "
+        '"PR #960 review round N, Pk" (the automated reviews in the order they appear in the '
+        'thread) or "upstream §N" (shared/reference/rtp_llm_cpu_tp_broadcaster.md).'
+    )
+    out.append("")
+    out.extend(_render_index(spec))
+    for area in spec.areas:
+        out.extend(_render_area(spec, area))
+    out.extend(_render_appendix(spec))
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _render_index(spec: Spec) -> list[str]:
+    out = ["## Contents", "", "| area | title | MUST | SHOULD | MAY |", "|---|---|---:|---:|---:|"]
+    for area in spec.areas:
+        clauses = spec.by_area(area.id)
+        counts = [sum(1 for c in clauses if c.level == lvl) for lvl in LEVELS]
+        out.append(
+            f"| [{area.id}](#{area.anchor}) | {_md(area.title)} | "
+            + " | ".join(str(n) for n in counts)
+            + " |"
+        )
+    total = [len(spec.by_level(lvl)) for lvl in LEVELS]
+    out.append(f"| **all** | {len(spec)} clauses | " + " | ".join(str(n) for n in total) + " |")
+    out.append("")
+    out.append("### Clause index")
+    out.append("")
+    out.append("| id | level | title |")
+    out.append("|---|---|---|")
+    out.extend(f"| [{c.id}](#{c.anchor}) | {c.level} | {_md(c.title)} |" for c in spec)
+    out.append("")
+    return out
+
+
+def _render_area(spec: Spec, area: Area) -> list[str]:
+    out = [f'<a id="{area.anchor}"></a>', "", f"## {area.id}: {_md(area.title)}", ""]
+    out.append(_md(area.summary))
+    out.append("")
+    for c in spec.by_area(area.id):
+        out.append(f'<a id="{c.anchor}"></a>')
+        out.append("")
+        out.append(f"### {c.id} ({c.level}): {_md(c.title)}")
+        out.append("")
+        out.append(f"**Requirement.** {_md(c.requirement)}")
+        out.append("")
+        caps = ", ".join(f"`{cap}`" for cap in c.capabilities) or "none"
+        out.append(f"- Level: **{c.level}**; scope: {c.scope}; capabilities: {caps}")
+        out.append(f"- Rationale: {_md(c.rationale)}")
+        if c.upstream is not None:
+            note = f" ({_md(c.upstream_note)})" if c.upstream_note else ""
+            out.append(f"- Upstream: *{c.upstream}*{note}")
+        out.append("")
+    return out
+
+
+def _render_appendix(spec: Spec) -> list[str]:
+    out = ['<a id="retired"></a>', "", "## Retired clause ids", ""]
+    if spec.retired:
+        out.extend(f"- `{r.id}`: {_md(r.reason)}" for r in spec.retired)
+    else:
+        out.append("None. Ids of dropped clauses are listed here and never reused.")
+    out.append("")
+    out.extend(['<a id="noted"></a>', "", "## Review points that are not clauses", ""])
+    out.append(
+        "These points of the PR #960 review and the upstream notes are not observable "
+        "behaviour of a broadcaster; each says where its substance went."
+    )
+    out.append("")
+    out.append("| source | point | disposition |")
+    out.append("|---|---|---|")
+    out.extend(f"| {_md(n.source)} | {_md(n.point)} | {_md(n.disposition)} |" for n in spec.noted)
+    out.append("")
+    return out
+
+
+# -------------------------------------------------------------------------------------------
+# Command line
+# -------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``--write`` regenerates SPEC.md, ``--check`` exits 1 when it is stale, ``--list`` lists.
+
+    Exit status: 0 ok, 1 SPEC.md stale (``--check``), 2 invalid registry or unknown selector.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m tpbcast.conformance.spec", description=__doc__.splitlines()[0]
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="regenerate SPEC.md")
+    mode.add_argument("--check", action="store_true", help="exit 1 if SPEC.md is stale")
+    mode.add_argument("--list", action="store_true", help="list clauses (optionally selected)")
+    parser.add_argument("--registry", type=Path, default=None, help="clauses.toml to load")
+    parser.add_argument("--output", type=Path, default=SPEC_MD_PATH, help="SPEC.md path")
+    parser.add_argument("selectors", nargs="*", help="areas or clause ids for --list")
+    args = parser.parse_args(argv)
+    try:
+        spec = load_spec(args.registry)
+        if args.list:
+            for c in spec.select(args.selectors):
+                print(f"{c.id:<12} {c.level:<6} {c.title}")
+            return 0
+    except (SpecError, KeyError) as exc:
+        print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return 2
+    return _write_or_check(spec, args.output, write=args.write, check=args.check)
+
+
+def _write_or_check(spec: Spec, output: Path, *, write: bool, check: bool) -> int:
+    text = render_markdown(spec)
+    if write:
+        output.write_text(text, encoding="utf-8")
+        print(f"wrote {output} ({len(spec)} clauses)")
+        return 0
+    if not check:
+        sys.stdout.write(text)
+        return 0
+    current = output.read_text(encoding="utf-8") if output.exists() else ""
+    if current != text:
+        print(
+            f"{output} is stale: regenerate it with "
+            "'python -m tpbcast.conformance.spec --write' (or 'nox -s spec')",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"{output} is current ({len(spec)} clauses)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
