@@ -70,7 +70,7 @@ def _child(target: Callable[[], object], w: int) -> None:
     try:
         try:
             payload = pickle.dumps(("ok", target()))
-        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+        except BaseException as exc:
             payload = pickle.dumps(("raised", type(exc).__name__, str(exc), traceback.format_exc()))
         view = memoryview(payload)
         while view:
@@ -100,12 +100,20 @@ def run_forked(
     finally:
         for fd in close_in_parent:
             os.close(fd)
-    data: dict[int, bytearray] = {r: bytearray() for _, r in children}
-    open_fds = set(data)
-    while open_fds:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
+    data = _collect([r for _, r in children], deadline)
+    outcomes = []
+    for index, (pid, r) in enumerate(children):
+        status, timed_out = _reap(pid, deadline)
+        os.close(r)
+        outcomes.append(_outcome(index, pid, status, data[r], timed_out))
+    return outcomes
+
+
+def _collect(fds: list[int], deadline: float) -> dict[int, bytes]:
+    """Read every child's result pipe to EOF, or until the deadline."""
+    data: dict[int, bytearray] = {fd: bytearray() for fd in fds}
+    open_fds = set(fds)
+    while open_fds and (left := deadline - time.monotonic()) > 0:
         ready, _, _ = select.select(list(open_fds), [], [], left)
         for fd in ready:
             chunk = os.read(fd, 65536)
@@ -113,22 +121,19 @@ def run_forked(
                 data[fd] += chunk
             else:
                 open_fds.discard(fd)
-    outcomes = []
-    for index, (pid, r) in enumerate(children):
-        timed_out = False
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() >= deadline:
-                timed_out = True
-                os.kill(pid, signal.SIGKILL)
-                _, status = os.waitpid(pid, 0)
-                break
-            select.select([], [], [], 0.01)  # poll the exit status, bounded by the deadline
-        os.close(r)
-        outcomes.append(_outcome(index, pid, status, bytes(data[r]), timed_out))
-    return outcomes
+    return {fd: bytes(buf) for fd, buf in data.items()}
+
+
+def _reap(pid: int, deadline: float) -> tuple[int, bool]:
+    """Wait for pid until the deadline, then SIGKILL it; always reaped."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status, False
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+            return os.waitpid(pid, 0)[1], True
+        select.select([], [], [], 0.01)  # poll the exit status, bounded by the deadline
 
 
 def _outcome(index: int, pid: int, status: int, payload: bytes, timed_out: bool) -> Outcome:

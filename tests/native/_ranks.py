@@ -50,10 +50,7 @@ def roundtrip_rank(
     digests = []
     try:
         for size in sizes:
-            if rank == 0:
-                buf = bytearray(payload(seed, size))
-            else:
-                buf = bytearray(b"\xee" * size)
+            buf = bytearray(payload(seed, size) if rank == 0 else b"\xee" * size)
             b.broadcast(buf, root=0)
             digests.append(hashlib.sha256(buf).hexdigest())
     finally:

@@ -13,7 +13,6 @@ import stat
 import time
 
 import pytest
-
 from tpbcast.conformance.adapters.native import NativeBroadcastError
 
 from . import _ranks

@@ -7,7 +7,6 @@ import os
 import socket
 
 import pytest
-
 from tpbcast.conformance.adapters.native import (
     NativeBrokenError,
     NativeConfigurationError,
