@@ -1,0 +1,1 @@
+"""Self-tests of tpbcast.reference_impl (forked ranks, raw-socket counterparts)."""

@@ -1,0 +1,283 @@
+"""State machine, argument checks, errors, config, base paths and the adapter (in-process)."""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import types
+
+import pytest
+
+import tpbcast.reference_impl as ref
+from tpbcast.reference_impl import (
+    BroadcasterConfig,
+    BroadcastError,
+    BroadcastTimeoutError,
+    BrokenBroadcasterError,
+    ConfigurationError,
+    CpuTpBroadcaster,
+    HandshakeError,
+    NotInitializedError,
+    PeerClosedError,
+    ReinitMismatchError,
+    SecurityError,
+    make_base_path,
+)
+from tpbcast.reference_impl.conformance_adapter import CAPABILITIES, make
+
+from ._forkrun import run_group, values
+from ._helpers import fast_config
+
+
+def test_broadcast_before_initialize_raises() -> None:
+    b = CpuTpBroadcaster()
+    with pytest.raises(NotInitializedError, match="before initialize"):
+        b.broadcast(bytearray(4))
+    with pytest.raises(NotInitializedError):
+        b.broadcast(bytearray(0))  # even a no-op-sized call is refused
+
+
+def test_root_other_than_zero_raises_even_at_tp1(base_path: str) -> None:
+    b = CpuTpBroadcaster()
+    b.initialize(0, 1, base_path)
+    with pytest.raises(ConfigurationError, match="root must be 0") as info:
+        b.broadcast(bytearray(0), root=1)
+    assert info.value.phase == "broadcast"
+    assert not b.statistics().broken  # a bad argument does not break the stream
+    b.broadcast(bytearray(3))
+    b.reset()
+
+
+def test_reinit_identical_is_noop_and_different_raises(base_path: str) -> None:
+    b = CpuTpBroadcaster()
+    b.initialize(0, 1, base_path)
+    b.initialize(0, 1, base_path)  # upstream's TP=1 quirk would raise here
+    with pytest.raises(ReinitMismatchError) as info:
+        b.initialize(0, 1, base_path + "x")
+    text = str(info.value)
+    assert f"base_path={base_path!r}" in text and f"base_path={base_path + 'x'!r}" in text
+    assert "was rank=0 world_size=1" in text
+    b.reset()
+    b.initialize(0, 1, base_path + "x")  # a new path after reset works
+    assert b.is_initialized()
+    b.reset()
+
+
+def test_reset_is_idempotent_and_bumps_generation(base_path: str) -> None:
+    b = CpuTpBroadcaster()
+    assert b.generation == 0
+    b.reset()
+    b.reset()
+    assert b.generation == 2  # also when uninitialized
+    b.initialize(0, 1, base_path)
+    assert b.generation == 2  # initialize leaves it alone
+    b.reset()
+    assert b.generation == 3
+    assert not b.is_initialized()
+    stats = b.statistics()
+    assert (stats.rank, stats.world_size, stats.base_path, stats.initialized) == (
+        None,
+        None,
+        None,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("rank", "world_size", "path", "match"),
+    [
+        (0, 0, "/tmp/x/g", "world_size must be >= 1"),
+        (2, 2, "/tmp/x/g", "0 <= rank < world_size"),
+        (-1, 2, "/tmp/x/g", "0 <= rank < world_size"),
+        (0, 2, "", "non-empty"),
+        (True, 2, "/tmp/x/g", "rank must be an int"),
+        (0, 2, "/tmp/x\0/g", "NUL"),
+        (0, 2, "/tmp/" + "a" * 101, "limit is 107"),
+    ],
+)
+def test_argument_checks_come_first(rank: int, world_size: int, path: str, match: str) -> None:
+    b = CpuTpBroadcaster()
+    with pytest.raises(ConfigurationError, match=match):
+        b.initialize(rank, world_size, path)
+    assert not b.is_initialized()
+
+
+def test_path_length_limit_is_checked_on_every_rank() -> None:
+    base = "/tmp/" + "b" * (107 - len("/tmp/") - len("_0.sock") + 1)  # 108 bytes
+    assert len(base + "_0.sock") == 108
+    for rank in (0, 1):
+        with pytest.raises(ConfigurationError, match="108 bytes, the limit is 107") as info:
+            CpuTpBroadcaster().initialize(rank, 2, base)
+        assert info.value.path == base + "_0.sock"
+
+
+def test_error_message_reads_well_and_pickles() -> None:
+    err = PeerClosedError(
+        "peer closed the connection",
+        rank=0,
+        peer=2,
+        phase="broadcast",
+        bytes_done=4096,
+        bytes_total=8388608,
+        elapsed=0.52,
+        path="/tmp/x/g_0.sock",
+        errno_name="EPIPE",
+        action="write to peer 2",
+    )
+    assert str(err) == (
+        "rank 0: write to peer 2 failed in phase 'broadcast' after 4096/8388608 bytes, "
+        "0.52 s: peer closed the connection (EPIPE) [path /tmp/x/g_0.sock]"
+    )
+    for exc in (
+        err,
+        BroadcastTimeoutError("deadline passed", rank=1, phase="probe", errno_name="ETIMEDOUT"),
+        SecurityError("loose dir", path="/p"),
+        HandshakeError("bad peer rank -1 (world_size 4)", rank=0),
+        ConfigurationError("bad"),
+        BrokenBroadcasterError("broken", rank=3),
+    ):
+        back = pickle.loads(pickle.dumps(exc))
+        assert type(back) is type(exc)
+        assert str(back) == str(exc)
+        assert back.fields() == exc.fields()
+
+
+def test_hierarchy_keeps_stdlib_catch_sites() -> None:
+    assert issubclass(ConfigurationError, ValueError)
+    assert issubclass(NotInitializedError, RuntimeError)
+    assert issubclass(BroadcastTimeoutError, TimeoutError)
+    assert issubclass(SecurityError, PermissionError)
+    assert issubclass(PeerClosedError, ConnectionError)
+    for cls in (
+        ConfigurationError,
+        ReinitMismatchError,
+        NotInitializedError,
+        HandshakeError,
+        PeerClosedError,
+        BroadcastTimeoutError,
+        SecurityError,
+        BrokenBroadcasterError,
+    ):
+        assert issubclass(cls, BroadcastError)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"connect_timeout": 0},
+        {"init_timeout": -1.0},
+        {"io_timeout": math.inf},
+        {"connect_retry_interval": math.nan},
+        {"init_timeout": None},
+        {"allowed_uids": (-1,)},
+        {"abstract_namespace": 1},
+    ],
+)
+def test_config_validation(changes: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError):
+        BroadcasterConfig(**changes)  # type: ignore[arg-type]
+
+
+def test_config_defaults_and_uids() -> None:
+    cfg = BroadcasterConfig()
+    assert (cfg.connect_timeout, cfg.init_timeout, cfg.io_timeout) == (120.0, 120.0, 300.0)
+    assert cfg.connect_retry_interval == 0.05
+    assert BroadcasterConfig(io_timeout=None).io_timeout is None
+    assert cfg.accepted_uids(1000) == frozenset({1000})
+    assert BroadcasterConfig(allowed_uids=[5]).accepted_uids(1) == {1, 5}  # type: ignore[arg-type]
+    assert BroadcasterConfig(require_same_uid=False).accepted_uids(1) is None
+    with pytest.raises(AttributeError):
+        cfg.io_timeout = 1.0  # type: ignore[misc]
+
+
+def test_make_base_path_precedence_and_sanitising(tmp_path: object) -> None:
+    env = {"TMPDIR": "/tmp"}
+    default = make_base_path(environ=env)
+    assert default == f"/tmp/tpbcast_{os.geteuid()}/tp_p{os.getppid()}_dp0"
+    assert make_base_path(3, environ=env).endswith("_dp3")
+    keyed_a = make_base_path(environ=env, key="10.0.0.1:29500")
+    keyed_b = make_base_path(environ=env, key="10.0.0.1:29501")
+    assert keyed_a != keyed_b != default
+    upstream = {"RTP_LLM_CPU_TP_BROADCASTER_ID": "a b/c", "RTP_LLM_CPU_TP_BROADCASTER_DIR": "/d"}
+    assert make_base_path(environ=upstream) == "/d/tp_a_b_c_dp0"
+    ours = {**upstream, "TPBCAST_SESSION_ID": "s1", "TPBCAST_SOCKET_DIR": "/e"}
+    assert make_base_path(environ=ours) == "/e/tp_s1_dp0"
+    assert make_base_path(session_id="x", base_dir="/f", environ=ours) == "/f/tp_x_dp0"
+    long_id = make_base_path(session_id="é" * 200, base_dir="/f", environ={})
+    name = os.path.basename(long_id)
+    assert len(name) <= len("tp__dp0") + 24 and name.isascii()
+    with pytest.raises(ConfigurationError, match="limit is 107"):
+        make_base_path(base_dir="/" + "d" * 100, environ={})
+    with pytest.raises(ConfigurationError):
+        make_base_path(-1, environ={})
+    assert not os.path.exists("/f/tp_x_dp0_0.sock")  # pure: it creates nothing
+
+
+def test_adapter_contract_members(base_path: str) -> None:
+    adapter = make()
+    assert adapter.name == "tpbcast-reference"
+    assert isinstance(adapter.version, str) and adapter.version
+    assert set(adapter.capabilities) == set(CAPABILITIES) >= {
+        "deadlines",
+        "generation",
+        "abstract_namespace",
+        "tensors",
+        "multi_buffer",
+        "peer_credentials",
+        "secure_dir",
+        "error_details",
+    }
+    adapter.set_deadlines(connect=1.5, init=2.5, io=math.inf)
+    assert (adapter.config.connect_timeout, adapter.config.init_timeout) == (1.5, 2.5)
+    assert adapter.config.io_timeout is None
+    adapter.set_deadlines(io=3.0)
+    assert adapter.config.io_timeout == 3.0 and adapter.config.connect_timeout == 1.5
+    adapter.set_abstract_namespace(True)
+    assert adapter.config.abstract_namespace
+    assert make() is not make()
+    adapter.initialize(0, 1, base_path)
+    assert adapter.is_initialized()
+    adapter.broadcast(bytearray(2), root=0)
+    adapter.reset()
+    adapter.reset()
+    assert adapter.generation == 2 and not adapter.is_initialized()
+
+
+def test_facade_exports() -> None:
+    public = {
+        name
+        for name, value in vars(ref).items()
+        if not name.startswith("_")
+        and not isinstance(value, types.ModuleType)
+        and name != "annotations"
+    }
+    assert public == set(ref.__all__)
+
+
+def test_instance_is_a_process_singleton() -> None:
+    assert ref.instance() is ref.instance()
+
+
+def test_forked_child_forgets_inherited_state(base_path: str) -> None:
+    """A child must not reuse (or unlink) what its parent set up."""
+
+    def rank_main(rank: int) -> tuple[bool, int]:
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(rank, 2, base_path)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if not b.is_initialized() else 1)
+        os.close(w)
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        path_still_there = os.path.exists(base_path + "_0.sock")
+        data = bytearray(b"ok" if rank == 0 else 2)
+        b.broadcast(data)  # the parent's link still works after the child left
+        b.reset()
+        return (path_still_there or rank != 0) and data == b"ok", os.waitstatus_to_exitcode(
+            status
+        )
+
+    assert values(run_group(rank_main, 2)) == [(True, 0), (True, 0)]
