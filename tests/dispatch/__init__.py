@@ -1,0 +1,1 @@
+"""Fallback dispatch (issue 6): forked-rank tests over a real gloo group."""

@@ -1,0 +1,106 @@
+"""Child-side helpers: build the dispatch stack and deterministic payloads.
+
+Everything here runs inside a forked rank (torch ops are allowed there, never
+in the pytest process).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tpbcast.reference_impl._broadcaster import CpuTpBroadcaster
+from tpbcast.reference_impl._config import BroadcasterConfig
+from tpbcast.reference_impl._dispatch import CpuBroadcastDispatcher
+from tpbcast.reference_impl._engines import EngineRecorder, TorchDistributedEngine
+
+from ._forkrun import RankContext
+
+#: gloo deadline for every collective: a bug fails in seconds instead of hanging.
+GROUP_TIMEOUT = 10.0
+#: Broadcaster deadlines whose bootstrap budget (3 + 3 s) fits inside GROUP_TIMEOUT.
+FAST = BroadcasterConfig(connect_timeout=3.0, init_timeout=3.0, io_timeout=GROUP_TIMEOUT)
+
+
+@dataclass
+class Stack:
+    dispatcher: CpuBroadcastDispatcher
+    recorder: EngineRecorder
+    engine: TorchDistributedEngine
+    broadcaster: CpuTpBroadcaster
+
+
+def make_stack(
+    ctx: RankContext, *, store_name: str = "pg.store", broadcaster: CpuTpBroadcaster | None = None
+) -> Stack:
+    engine = TorchDistributedEngine.create(
+        ctx.rank, ctx.world_size, ctx.workdir, store_name=store_name, timeout=GROUP_TIMEOUT
+    )
+    recorder = EngineRecorder()
+    bcast = broadcaster if broadcaster is not None else CpuTpBroadcaster(FAST)
+    dispatcher = CpuBroadcastDispatcher(bcast, engine, recorder=recorder, rank=ctx.rank)
+    return Stack(dispatcher, recorder, engine, bcast)
+
+
+def socket_file(ctx: RankContext) -> str:
+    return ctx.base_path + "_0.sock"
+
+
+def payload(rank: int, seed: int) -> list[Any]:
+    """Mixed buffers: rank 0 fills them from ``seed``, other ranks pass zeros.
+
+    int64 matrix, a NON-contiguous float32 view, a 0-dim float64, a bytearray of
+    odd length and a numpy uint16 vector: every kind the dispatcher accepts.
+    """
+    import numpy as np
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    mat = torch.randint(1, 1 << 40, (3, 5), generator=gen, dtype=torch.int64)
+    base = torch.rand(4, 6, generator=gen, dtype=torch.float32) + 1.0
+    scalar = torch.tensor(float(seed) + 0.5, dtype=torch.float64)
+    raw = bytearray(bytes((seed * 7 + i) % 251 + 1 for i in range(37)))
+    vec = np.arange(1, 12, dtype=np.uint16) * (seed + 3)
+    if rank != 0:
+        mat.zero_()
+        base.zero_()
+        scalar.zero_()
+        raw[:] = bytes(len(raw))
+        vec[:] = 0
+    return [mat, base.t(), scalar, raw, vec]
+
+
+def payload_bytes(buffers: list[Any]) -> list[bytes]:
+    """Each buffer's logical content as bytes (element order, not memory order)."""
+    import torch
+
+    out: list[bytes] = []
+    for buf in buffers:
+        if isinstance(buf, torch.Tensor):
+            out.append(buf.contiguous().numpy().tobytes())
+        elif hasattr(buf, "tobytes"):
+            out.append(buf.tobytes())
+        else:
+            out.append(bytes(buf))
+    return out
+
+
+def payload_nbytes(buffers: list[Any]) -> int:
+    import torch
+
+    total = 0
+    for buf in buffers:
+        if isinstance(buf, torch.Tensor):
+            total += buf.numel() * buf.element_size()
+        else:
+            total += memoryview(buf).nbytes
+    return total
+
+
+def expected(seed: int) -> list[bytes]:
+    return payload_bytes(payload(0, seed))
+
+
+def exists(path: str) -> bool:
+    return os.path.lexists(path)

@@ -1,0 +1,162 @@
+"""Both paths move the right bytes; only the collective path touches the engine.
+
+Every test forks real ranks, builds a real gloo group over a FileStore and the
+real UDS broadcaster; the recorder only observes the real engine.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tpbcast.reference_impl._dispatch import DispatchPath, bootstrap
+
+from . import _stack
+from ._forkrun import RankContext, run_forked, values
+
+CALLS = 3  # several calls per group: the per-call count must not drift
+
+
+def _run_calls(ctx: RankContext, stack: _stack.Stack) -> list[tuple[str, int]]:
+    """Broadcast CALLS payloads; assert local correctness; return (path, nbytes) per call."""
+    done = []
+    for seed in range(CALLS):
+        buffers = _stack.payload(ctx.rank, seed)
+        path = stack.dispatcher.broadcast_cpu(buffers)
+        got = _stack.payload_bytes(buffers)
+        assert got == _stack.expected(seed), f"rank {ctx.rank} call {seed}: wrong bytes"
+        done.append((str(path), _stack.payload_nbytes(buffers)))
+    return done
+
+
+def _collective_rank(ctx: RankContext, local_world_size: int) -> dict[str, object]:
+    stack = _stack.make_stack(ctx)
+    try:
+        decision = bootstrap(
+            stack.dispatcher,
+            tp_rank=ctx.rank,
+            tp_size=ctx.world_size,
+            local_world_size=local_world_size,
+            base_path=ctx.base_path,
+            config=_stack.FAST,
+        )
+        calls = _run_calls(ctx, stack)
+        return {
+            "decision": (str(decision.path), decision.attempted, decision.failed_ranks),
+            "initialized": stack.broadcaster.is_initialized(),
+            "socket_exists": _stack.exists(_stack.socket_file(ctx)),
+            "calls": calls,
+            "events": stack.recorder.events,
+            "pending": stack.engine.pending,
+        }
+    finally:
+        stack.dispatcher.teardown()
+
+
+@pytest.mark.parametrize(
+    ("tp_size", "local_world_size"),
+    [(1, 1), (2, 1), (4, 2), (4, 1)],
+    ids=["tp1", "tp2-cross-node", "tp4-two-nodes-of-2", "tp4-cross-node"],
+)
+def test_collective_path_data_and_exact_sync_order(tp_size, local_world_size):
+    """Cross-node layout (or TP=1): collective, sync_communication, device_sync, once each."""
+    results = values(run_forked(_collective_rank, tp_size, args=(local_world_size,)))
+    for rank, res in enumerate(results):
+        assert res["decision"] == ("collective", False, ()), rank
+        assert res["initialized"] is False
+        assert res["socket_exists"] is False, "UDS must not even be attempted"
+        assert all(path == DispatchPath.COLLECTIVE for path, _ in res["calls"])
+        want = []
+        for _, nbytes in res["calls"]:
+            want += [("collective", nbytes), ("sync_communication",), ("device_sync",)]
+        assert res["events"] == tuple(want), f"rank {rank}: {res['events']}"
+        assert res["pending"] == 0
+
+
+def _uds_rank(ctx: RankContext) -> dict[str, object]:
+    stack = _stack.make_stack(ctx)
+    try:
+        decision = bootstrap(
+            stack.dispatcher,
+            tp_rank=ctx.rank,
+            tp_size=ctx.world_size,
+            local_world_size=ctx.world_size,
+            base_path=ctx.base_path,
+            config=_stack.FAST,
+        )
+        before = stack.broadcaster.statistics()
+        calls = _run_calls(ctx, stack)
+        after = stack.broadcaster.statistics()
+        return {
+            "decision": (str(decision.path), decision.attempted, decision.failed_ranks),
+            "calls": calls,
+            "events": stack.recorder.events,
+            "engine_calls": stack.recorder.engine_calls(),
+            "uds_bytes": (after.bytes_sent - before.bytes_sent)
+            + (after.bytes_received - before.bytes_received),
+            "pending": stack.engine.pending,
+        }
+    finally:
+        stack.dispatcher.teardown()
+
+
+@pytest.mark.parametrize("tp_size", [2, 4])
+def test_uds_path_data_and_no_engine_calls(tp_size):
+    """Intra-node: bytes go over UDS; no collective, no sync, no device sync."""
+    results = values(run_forked(_uds_rank, tp_size))
+    for rank, res in enumerate(results):
+        assert res["decision"] == ("uds", True, ()), rank
+        assert all(path == DispatchPath.UDS for path, _ in res["calls"])
+        assert res["events"] == tuple(("uds", nbytes) for _, nbytes in res["calls"])
+        assert res["engine_calls"] == ()
+        assert res["pending"] == 0
+        total = sum(nbytes for _, nbytes in res["calls"])
+        # rank 0 sends every byte to each peer; a peer receives every byte once
+        assert res["uds_bytes"] == (total * (tp_size - 1) if rank == 0 else total)
+
+
+def _empty_rank(ctx: RankContext, local_world_size: int) -> dict[str, object]:
+    import torch
+
+    stack = _stack.make_stack(ctx)
+    try:
+        decision = bootstrap(
+            stack.dispatcher,
+            tp_rank=ctx.rank,
+            tp_size=ctx.world_size,
+            local_world_size=local_world_size,
+            base_path=ctx.base_path,
+            config=_stack.FAST,
+        )
+        skipped = [
+            stack.dispatcher.broadcast_cpu([]),
+            stack.dispatcher.broadcast_cpu(()),
+            stack.dispatcher.broadcast_cpu([torch.empty(0), bytearray(), torch.empty(3, 0)]),
+        ]
+        events_after_empty = stack.recorder.events
+        # the same recorder does see a real call right after: the guard, not a deaf
+        # recorder, is why the list above is empty
+        buffers = _stack.payload(ctx.rank, 7)
+        path = stack.dispatcher.broadcast_cpu(buffers)
+        assert _stack.payload_bytes(buffers) == _stack.expected(7)
+        return {
+            "path": str(decision.path),
+            "skipped": [str(s) for s in skipped],
+            "events_after_empty": events_after_empty,
+            "real_path": str(path),
+            "events_after_real": stack.recorder.events,
+        }
+    finally:
+        stack.dispatcher.teardown()
+
+
+@pytest.mark.parametrize("local_world_size", [2, 1], ids=["uds", "collective"])
+def test_empty_list_guard_on_both_paths(local_world_size):
+    """An empty list (or 0 bytes in total) runs nothing at all, on either path."""
+    results = values(run_forked(_empty_rank, 2, args=(local_world_size,)))
+    want_path = "uds" if local_world_size == 2 else "collective"
+    for res in results:
+        assert res["path"] == want_path
+        assert res["skipped"] == ["skipped"] * 3
+        assert res["events_after_empty"] == ()
+        assert res["real_path"] == want_path
+        assert len(res["events_after_real"]) == (1 if want_path == "uds" else 3)
