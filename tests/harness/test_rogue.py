@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 
 import pytest
-
 from tpbcast.harness import _rogue as r
 from tpbcast.harness._wire import CloseKind
 
@@ -216,7 +215,9 @@ def test_read_payload_peer_speaks_exact_wire_bytes(base):
         return announced, trailing
 
     try:
-        (announced, trailing), peer = run_all(root, lambda: r.peer_read_payload(base, 1, len(payload)))
+        (announced, trailing), peer = run_all(
+            root, lambda: r.peer_read_payload(base, 1, len(payload))
+        )
     finally:
         mini.close()
     assert announced == rank_bytes(1)

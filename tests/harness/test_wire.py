@@ -14,7 +14,6 @@ import threading
 import time
 
 import pytest
-
 from tpbcast.harness import _wire as w
 
 MARGIN = 5.0  # generous: a 4x oversubscribed 2-core box must not make these flaky
@@ -142,9 +141,10 @@ def test_abstract_listen_and_connect(short_dir):
     address = w.address_of(f"{short_dir}/g", abstract=True)
     with w.listen(address, 1) as listener:
         assert not os.path.exists(f"{short_dir}/g_0.sock")
-        with w.connect(address, w.Deadline.after(10.0)) as sock, w.accept(
-            listener, w.Deadline.after(10.0)
-        ) as conn:
+        with (
+            w.connect(address, w.Deadline.after(10.0)) as sock,
+            w.accept(listener, w.Deadline.after(10.0)) as conn,
+        ):
             w.send_all(sock, b"\x02\x00\x00\x00", w.Deadline.after(10.0))
             assert w.recv_exact(conn, 4, w.Deadline.after(10.0)) == w.pack_rank(2)
 
@@ -342,6 +342,9 @@ def test_wire_errors_pickle_with_every_field():
     assert type(back) is w.WireClosedError
     assert (back.what, back.expected, back.got, back.how) == ("handshake", 4, b"\x01", "eof")
     assert str(back) == str(err)
-    assert isinstance(pickle.loads(pickle.dumps(w.WireTimeoutError(
-        "x", expected=None, got=b"", how="open", elapsed=1.0
-    ))), TimeoutError)
+    assert isinstance(
+        pickle.loads(
+            pickle.dumps(w.WireTimeoutError("x", expected=None, got=b"", how="open", elapsed=1.0))
+        ),
+        TimeoutError,
+    )
