@@ -66,3 +66,20 @@ def test_parallel_builds_race_safely(tmp_path):
     paths = values(run_forked([lambda: str(_build.library_path(env))] * 3, timeout=120))
     assert len(set(paths)) == 1
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [Path(paths[0]).name]
+
+
+def test_the_harness_loads_the_example_by_its_factory_string(native_library):
+    harness = pytest.importorskip("tpbcast.harness")
+    if not hasattr(harness, "load_implementation"):
+        pytest.skip("tpbcast.harness.load_implementation has not landed yet")
+    impl = harness.load_implementation("tpbcast.conformance.adapters.native.adapter:make")
+    assert (impl.name, impl.version) == ("tpbcast-native-example", "0.1.0")
+    assert impl.capabilities == {
+        "deadlines",
+        "generation",
+        "peer_credentials",
+        "error_details",
+        "multi_buffer",
+    }
+    assert not impl.supports("tensors") and not impl.supports("abstract_namespace")
+    assert impl.create().is_initialized() is False
