@@ -1,0 +1,168 @@
+"""How one test's outcome becomes a conformance verdict: the rules, in one place.
+
+A conformance suite is only as useful as the line it draws between "the implementation
+is wrong" and "we could not tell".  The rules (also in SPEC.md's verdict section, via the
+plugin's docs) are:
+
+* **PASS**: every phase of the test passed.
+* **UNSUPPORTED**: the test was skipped by :func:`require` (or the harness raised
+  ``CapabilityMissing``): the implementation does not declare a capability the clause
+  needs, or the environment cannot stage the precondition (WPT's PRECONDITION_FAILED).
+  Any other skip is reported UNSUPPORTED too, with its reason, so nothing is silently
+  dropped.
+* **FAIL**: the implementation was judged and found wrong: an ``AssertionError`` (or
+  ``pytest.fail``) in the test body or teardown, or a rank group that failed
+  (``RankGroupFailure``) because a rank raised, exited non-zero or died by a signal.
+  Rank targets are thin calls into the implementation plus checks, so whatever a rank
+  does is the implementation's doing.
+* **ERROR**: no verdict could be reached: any failure while setting the test up (a
+  fixture: the implementation does not load, no workdir), a non-assertion exception in
+  the test body or teardown (a suite or harness defect, a broken environment), or a
+  group whose first
+  failure is a rank the harness had to stop (``TIMED_OUT``): a hang under an
+  oversubscribed CPU is inconclusive, so clauses that promise a deadline measure it
+  themselves and assert (FAIL) instead of relying on the harness timeout.
+
+When several phases fail, the earliest decides (setup, then call, then teardown): a
+teardown error after a call FAIL keeps the FAIL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol
+
+import pytest
+
+from ._results import Verdict
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = [
+    "Judgement",
+    "Unsupported",
+    "judge",
+    "judge_exception",
+    "require",
+]
+
+# Longest message carried into the reports; the full text stays in pytest's output.
+MESSAGE_LIMIT: Final = 4000
+
+# Exception class names (anywhere in the MRO) the harness or fixtures may raise for a
+# missing capability; matched by name so the suite does not depend on where they live.
+_CAPABILITY_MISSING_NAMES: Final = frozenset({"CapabilityMissing", "Unsupported"})
+
+
+class _HasCapabilities(Protocol):
+    name: str
+
+    def supports(self, capability: str) -> bool: ...
+
+
+class Unsupported(pytest.skip.Exception):  # type: ignore[name-defined,misc]
+    """A clause needs what the implementation (or the environment) does not offer.
+
+    A pytest skip, so pytest reports it as skipped; the plugin maps it to UNSUPPORTED,
+    which is neither PASS nor FAIL.
+    """
+
+
+def require(impl: _HasCapabilities, *capabilities: str) -> None:
+    """Skip the current test as UNSUPPORTED unless ``impl`` declares every capability.
+
+    :param impl: a ``tpbcast.harness.Implementation`` (anything with ``name`` and
+        ``supports(capability)``).
+    :raises Unsupported: naming the implementation and the missing capabilities.
+    """
+    missing = [cap for cap in capabilities if not impl.supports(cap)]
+    if missing:
+        names = ", ".join(repr(cap) for cap in missing)
+        raise Unsupported(
+            f"UNSUPPORTED: implementation {impl.name!r} does not declare capability {names}"
+        )
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The verdict of one test phase (or a whole test) and why."""
+
+    verdict: Verdict
+    message: str = ""
+    failing_rank: int | None = None
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MESSAGE_LIMIT:
+        return text
+    return text[: MESSAGE_LIMIT - 20] + "\n[... message cut ...]"
+
+
+def _is_capability_missing(exc: BaseException) -> bool:
+    return any(cls.__name__ in _CAPABILITY_MISSING_NAMES for cls in type(exc).__mro__)
+
+
+def _judge_group_failure(exc: BaseException) -> Judgement:
+    """A ``RankGroupFailure``: FAIL unless the first failure is a harness timeout."""
+    result = getattr(exc, "result", None)
+    first = getattr(result, "first_failure", None)
+    headline = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if first is None:
+        # No failing rank but not ok: survivors (orphans) or leaked fds: hygiene, FAIL.
+        return Judgement(Verdict.FAIL, _clip(str(exc)), None)
+    rank = getattr(first, "rank", None)
+    status = getattr(getattr(first, "status", None), "name", "")
+    if status == "TIMED_OUT":
+        return Judgement(
+            Verdict.ERROR,
+            _clip(f"{headline} (the harness deadline fired: inconclusive)\n{exc}"),
+            rank,
+        )
+    detail = getattr(first, "exc_message", None) or ""
+    message = headline if not detail or detail in headline else f"{headline}\n{detail}"
+    return Judgement(Verdict.FAIL, _clip(f"{message}\n\n{exc}"), rank)
+
+
+def judge_exception(when: str, exc: BaseException, text: str) -> Judgement:
+    """The verdict for a phase that raised ``exc`` (``text`` is pytest's short repr).
+
+    :param when: ``"setup"``, ``"call"`` or ``"teardown"``.
+    """
+    if _is_capability_missing(exc):
+        return Judgement(Verdict.UNSUPPORTED, _clip(str(getattr(exc, "msg", None) or exc)))
+    if isinstance(exc, pytest.skip.Exception):
+        reason = str(getattr(exc, "msg", None) or exc)
+        return Judgement(Verdict.UNSUPPORTED, _clip(f"skipped: {reason}"))
+    if when == "setup":
+        # A fixture could not stage the test (the implementation does not load, a
+        # workdir cannot be made): nothing about the clause was judged.
+        return Judgement(
+            Verdict.ERROR, _clip(f"setup failed (no verdict reached): {text}")
+        )
+    if type(exc).__name__ == "RankGroupFailure":
+        return _judge_group_failure(exc)
+    if isinstance(exc, AssertionError | pytest.fail.Exception):
+        return Judgement(Verdict.FAIL, _clip(text))
+    return Judgement(
+        Verdict.ERROR, _clip(f"{type(exc).__name__} during {when} (no verdict reached): {text}")
+    )
+
+
+_SEVERITY: Final = {
+    Verdict.PASS: 0,
+    Verdict.UNSUPPORTED: 1,
+    Verdict.ERROR: 2,
+    Verdict.FAIL: 2,
+}
+
+
+def judge(phases: Iterable[Judgement | None]) -> Judgement:
+    """Combine phase judgements (in setup, call, teardown order) into the test's verdict.
+
+    The earliest non-PASS phase decides; ``None`` (phase passed or did not run) is ignored.
+    """
+    for phase in phases:
+        if phase is not None and _SEVERITY.get(phase.verdict, 2) > 0:
+            return phase
+    return Judgement(Verdict.PASS)

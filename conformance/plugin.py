@@ -1,0 +1,479 @@
+"""pytest plugin of the conformance run: clause markers, registry checks, verdicts, reports.
+
+Loaded only by the conformance run (``-p tpbcast.conformance.plugin``; ``python -m
+tpbcast.conformance`` does it for you), never by the project's own self-tests.
+
+What it does, in hook order:
+
+1. Registers the ``clause(*ids)`` marker and loads the clause registry.
+2. At collection (``tryfirst``, so before ``-k``/``-m``): every test must cite at least
+   one known clause id, and every MUST/SHOULD clause of the suite's scope (of the
+   ``--tpbcast-clauses`` selection, if any) must be cited by a test.  A violation
+   replaces the whole run by one failing item listing every problem (an item, not a
+   ``UsageError``: a hook exception inside an xdist worker crashes the controller
+   instead of reporting), and the run exits with status 4 (usage error).  With a
+   selection, tests citing no selected clause are deselected.
+3. Maps each test's outcome to a verdict (the rules are in :mod:`._verdicts`) and
+   carries it, with the clause ids, failing rank and message, in the report's
+   ``user_properties`` (so it crosses xdist and lands in JUnit XML as properties).
+4. In the controlling process, aggregates per clause (``_results.aggregate``), writes
+   the JSON, markdown and HTML reports into ``--tpbcast-report-dir`` and sets the exit
+   status from ``_results.exit_status``: non-zero iff a MUST clause fails (FAIL or
+   ERROR).  pytest's own "some test failed" status is replaced, so a failing SHOULD
+   test does not fail CI; interrupted runs and usage errors keep their status.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import pytest
+
+from ._results import CheckResult, ImplementationInfo, SuiteResult, Verdict, aggregate
+from ._verdicts import Judgement, Unsupported, judge, judge_exception, require
+from .spec import Spec, load_spec
+
+if TYPE_CHECKING:
+    from collections.abc import Generator, Iterable, Sequence
+
+    from .spec import Clause
+
+__all__ = [
+    "REGISTRY_ITEM",
+    "REPORT_DIR_DEFAULT",
+    "RegistryCheck",
+    "Unsupported",
+    "list_lines",
+    "require",
+    "select_clauses",
+]
+
+REPORT_DIR_DEFAULT: Final = "reports/conformance"
+REGISTRY_ITEM: Final = "tpbcast-clause-registry"
+_RESULTS_PLUGIN: Final = "tpbcast-conformance-results"
+
+# user_properties keys (also visible in junit.xml as <property name=...>).
+P_CLAUSE: Final = "clause"
+P_VERDICT: Final = "tpbcast_verdict"
+P_MESSAGE: Final = "tpbcast_message"
+P_RANK: Final = "tpbcast_failing_rank"
+P_DURATION: Final = "tpbcast_duration"
+P_IMPL: Final = "tpbcast_impl_name"
+P_IMPL_VERSION: Final = "tpbcast_impl_version"
+P_IMPL_CAPS: Final = "tpbcast_impl_capabilities"
+
+_SPEC_KEY: Final = pytest.StashKey[Spec]()
+_SELECTED_KEY: Final = pytest.StashKey[tuple[str, ...] | None]()
+_CLAUSES_KEY: Final = pytest.StashKey[tuple[str, ...]]()
+_PHASES_KEY: Final = pytest.StashKey[list[Judgement | None]]()
+_DURATION_KEY: Final = pytest.StashKey[float]()
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def _split(raw: Iterable[str]) -> list[str]:
+    return [part.strip() for item in raw for part in item.split(",") if part.strip()]
+
+
+def select_clauses(spec: Spec, selectors: Iterable[str]) -> tuple[Clause, ...] | None:
+    """The clauses picked by area/id selectors (``WIRE``, ``INIT-3``), or None for all.
+
+    :raises ValueError: a selector matches no clause (a typo must not select nothing).
+    """
+    wanted = _split(selectors)
+    if not wanted:
+        return None
+    try:
+        return spec.select(wanted)
+    except KeyError as exc:
+        raise ValueError(str(exc.args[0]) if exc.args else str(exc)) from None
+
+
+def list_lines(selectors: Sequence[str] = (), registry: str | None = None) -> list[str]:
+    """``--list``: one line per (selected) clause: id, level, scope, capabilities, title."""
+    spec = load_spec(registry)
+    chosen = select_clauses(spec, selectors)
+    clauses = spec.clauses if chosen is None else chosen
+    width = max((len(c.id) for c in clauses), default=8)
+    lines = []
+    for c in clauses:
+        extra = f" [needs {', '.join(c.capabilities)}]" if c.capabilities else ""
+        scope = "" if c.suite_testable else " (judged by the reference's self-tests)"
+        lines.append(f"{c.id:<{width}}  {c.level:<6}  {c.title}{extra}{scope}")
+    return lines
+
+
+# --------------------------------------------------------------------------- options
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--tpbcast-clauses``, ``--tpbcast-report-dir``, ``--tpbcast-registry``."""
+    group = parser.getgroup("tpbcast-conformance", "tpbcast conformance suite")
+    group.addoption(
+        "--tpbcast-clauses",
+        action="append",
+        default=[],
+        metavar="SELECTORS",
+        help="run only tests citing a clause of these comma-separated areas or ids "
+        "(WIRE,INIT-3); the MUST/SHOULD coverage check then applies to them only",
+    )
+    group.addoption(
+        "--tpbcast-report-dir",
+        default=None,
+        metavar="DIR",
+        help=f"where the JSON/markdown/HTML reports go (default: {REPORT_DIR_DEFAULT})",
+    )
+    group.addoption(
+        "--tpbcast-registry",
+        default=None,
+        metavar="TOML",
+        help="judge against this clause registry instead of the installed clauses.toml "
+        "(the suite's own self-tests use it)",
+    )
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the marker, load the registry, check the selection, start collecting."""
+    config.addinivalue_line(
+        "markers",
+        "clause(*ids): the conformance clause ids (e.g. 'WIRE-1') this test judges; "
+        "its verdict becomes theirs",
+    )
+    spec = load_spec(config.getoption("tpbcast_registry"))
+    config.stash[_SPEC_KEY] = spec
+    try:
+        chosen = select_clauses(spec, config.getoption("tpbcast_clauses"))
+    except ValueError as exc:
+        raise pytest.UsageError(f"--tpbcast-clauses: {exc}") from None
+    config.stash[_SELECTED_KEY] = None if chosen is None else tuple(c.id for c in chosen)
+    if not _is_worker(config):
+        config.pluginmanager.register(_ResultCollector(config, spec, chosen), _RESULTS_PLUGIN)
+
+
+# --------------------------------------------------------------------------- collection
+
+
+class _RegistryError(Exception):
+    """The suite and the clause registry disagree; the run judges nothing."""
+
+
+class RegistryCheck(pytest.Item):
+    """Stands in for the whole run when tests and the clause registry disagree."""
+
+    def __init__(self, *, problems: Sequence[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.problems = tuple(problems)
+
+    def runtest(self) -> None:
+        raise _RegistryError(self.text())
+
+    def text(self) -> str:
+        """Every problem, one per line, and what to do about them."""
+        return "\n".join(
+            [
+                f"the conformance tests and the clause registry disagree "
+                f"({len(self.problems)} problem(s)); no verdict was produced:",
+                *(f"  - {p}" for p in self.problems),
+                "Every test must cite known clause ids with @pytest.mark.clause(...), and "
+                "every MUST/SHOULD clause (scope 'suite') needs at least one test.",
+            ]
+        )
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, _RegistryError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[str, int | None, str]:
+        return (str(self.config.rootpath), None, REGISTRY_ITEM)
+
+
+def _cited(item: pytest.Item, spec: Spec) -> tuple[tuple[str, ...], list[str]]:
+    """(known clause ids, problems) from every ``clause`` marker on ``item``."""
+    ids: list[str] = []
+    problems: list[str] = []
+    for mark in item.iter_markers("clause"):
+        if not mark.args:
+            problems.append(f"{item.nodeid}: @pytest.mark.clause() names no clause id")
+        for arg in mark.args:
+            if not isinstance(arg, str):
+                problems.append(f"{item.nodeid}: clause id {arg!r} is not a string")
+            elif arg not in spec:
+                problems.append(f"{item.nodeid}: cites unknown clause id {arg!r}")
+            else:
+                ids.append(spec[arg].id)
+    if not ids and not problems:
+        problems.append(f"{item.nodeid}: cites no clause (add @pytest.mark.clause(...))")
+    return tuple(dict.fromkeys(ids)), problems
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Check tests against the registry; apply the clause selection."""
+    spec = config.stash[_SPEC_KEY]
+    selected = config.stash[_SELECTED_KEY]
+    problems: list[str] = []
+    cited: set[str] = set()
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        ids, item_problems = _cited(item, spec)
+        problems.extend(item_problems)
+        item.stash[_CLAUSES_KEY] = ids
+        if selected is not None and not set(ids) & set(selected):
+            dropped.append(item)
+            continue
+        cited.update(ids)
+        kept.append(item)
+        item.user_properties.extend((P_CLAUSE, cid) for cid in ids)
+    scope = spec.clauses if selected is None else [spec[cid] for cid in selected]
+    problems.extend(
+        f"{c.level} clause {c.id} ({c.title}) has no test"
+        for c in scope
+        if c.needs_test and c.id not in cited
+    )
+    if problems:
+        check = RegistryCheck.from_parent(session, name=REGISTRY_ITEM, problems=problems)
+        dropped, kept = list(items), [check]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Judge each phase; at teardown attach the test's verdict to the report."""
+    report = yield
+    if isinstance(item, RegistryCheck) or _CLAUSES_KEY not in item.stash:
+        return report
+    phases = item.stash.setdefault(_PHASES_KEY, [])
+    item.stash[_DURATION_KEY] = item.stash.get(_DURATION_KEY, 0.0) + call.duration
+    if call.excinfo is None:
+        phases.append(None)
+    else:
+        phases.append(judge_exception(call.when, call.excinfo.value, call.excinfo.exconly()))
+    if call.when == "setup":
+        impl = getattr(item, "funcargs", {}).get("tpbcast_impl")
+        if impl is not None:
+            report.user_properties.append((P_IMPL, str(impl.name)))
+            report.user_properties.append((P_IMPL_VERSION, str(impl.version)))
+            caps = ",".join(sorted(getattr(impl, "capabilities", ())))
+            report.user_properties.append((P_IMPL_CAPS, caps))
+    if call.when == "teardown":
+        final = judge(phases)
+        props = report.user_properties
+        props.append((P_VERDICT, final.verdict.value))
+        props.append((P_DURATION, round(item.stash[_DURATION_KEY], 6)))
+        if final.message:
+            props.append((P_MESSAGE, final.message))
+        if final.failing_rank is not None:
+            props.append((P_RANK, final.failing_rank))
+    return report
+
+
+def _props(report: pytest.TestReport) -> list[tuple[str, object]]:
+    return [
+        (str(entry[0]), entry[1])
+        for entry in report.user_properties
+        if isinstance(entry, tuple | list) and len(entry) == 2
+    ]
+
+
+@dataclass
+class _ResultCollector:
+    """Controller-side plugin: collects verdicts, writes reports, sets the exit status."""
+
+    config: pytest.Config
+    spec: Spec
+    chosen: tuple[Clause, ...] | None
+    checks: list[CheckResult] = field(default_factory=list)
+    clauses_by_node: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    impl: ImplementationInfo | None = None
+    registry_problems: str | None = None
+    started: float = field(default_factory=time.monotonic)
+    suite: SuiteResult | None = None
+    written: tuple[Path, ...] = ()
+    write_error: str | None = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Turn each finished test's properties into a :class:`CheckResult`."""
+        props = _props(report)
+        values = dict(props)
+        if report.nodeid.endswith(REGISTRY_ITEM):
+            if report.when == "call" and report.failed:
+                self.registry_problems = report.longreprtext
+            return
+        clauses = tuple(str(v) for k, v in props if k == P_CLAUSE)
+        if clauses:
+            self.clauses_by_node[report.nodeid] = clauses
+        if P_IMPL in values and self.impl is None:
+            caps = str(values.get(P_IMPL_CAPS, ""))
+            self.impl = ImplementationInfo(
+                spec=self._impl_spec(),
+                name=str(values[P_IMPL]),
+                version=str(values.get(P_IMPL_VERSION, "")),
+                capabilities=frozenset(c for c in caps.split(",") if c),
+            )
+        if report.when == "teardown" and P_VERDICT in values:
+            rank = values.get(P_RANK)
+            self.checks.append(
+                CheckResult(
+                    test_id=report.nodeid,
+                    clause_ids=clauses or self.clauses_by_node.get(report.nodeid, ()),
+                    verdict=Verdict(str(values[P_VERDICT])),
+                    duration=float(str(values.get(P_DURATION, report.duration))),
+                    failing_rank=None if rank is None else int(str(rank)),
+                    message=str(values.get(P_MESSAGE, "")),
+                )
+            )
+        elif report.when not in ("setup", "call", "teardown") and report.failed:
+            # xdist reports a crashed worker's test with when="???": no verdict reached.
+            self.checks.append(
+                CheckResult(
+                    test_id=report.nodeid,
+                    clause_ids=self.clauses_by_node.get(report.nodeid, ()),
+                    verdict=Verdict.ERROR,
+                    duration=report.duration,
+                    message=f"the test process crashed: {report.longreprtext[-2000:]}",
+                )
+            )
+
+    def _impl_spec(self) -> str:
+        option = getattr(self.config.option, "tpbcast_impl", None)
+        if option:
+            return str(option)
+        try:
+            from tpbcast.fixtures import settings_from_config  # type: ignore[attr-defined]
+        except ImportError:
+            return ""
+        return str(getattr(settings_from_config(self.config), "impl", ""))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Aggregate per clause, write the reports, set the exit status."""
+        if self.registry_problems is not None:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return
+        if int(exitstatus) in _KEEP_STATUS or self.config.option.collectonly:
+            return
+        seed = getattr(self.config.option, "tpbcast_seed", None)
+        self.suite = aggregate(
+            self.spec,
+            self.checks,
+            implementation=self.impl or ImplementationInfo(spec=self._impl_spec()),
+            clauses=self.chosen,
+            duration=time.monotonic() - self.started,
+            seed=None if seed is None else int(seed),
+        )
+        try:
+            self.written = _write_reports(self.suite, _report_dir(self.config), self.spec)
+        except OSError as exc:
+            self.write_error = f"could not write the reports: {exc}"
+        session.exitstatus = self.suite.exit_status
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """The per-level verdict counts, MUST failures and where the reports went."""
+        tr = terminalreporter
+        if self.registry_problems is not None:
+            tr.section("tpbcast conformance: registry check failed", red=True)
+            tr.write_line(self.registry_problems)
+            return
+        if self.suite is None:
+            return
+        tr.section("tpbcast conformance")
+        tr.write_line(f"implementation: {self.suite.implementation.label}")
+        for level, counts in self.suite.counts_by_level().items():
+            shown = ", ".join(f"{v.value} {n}" for v, n in counts.items() if n)
+            tr.write_line(f"{level:<6} {shown or '-'}")
+        for failure in self.suite.must_failures:
+            rank = f" (rank {failure.failing_rank})" if failure.failing_rank is not None else ""
+            first = failure.message.splitlines()[0] if failure.message else ""
+            tr.write_line(f"MUST {failure.verdict.value}: {failure.clause.id}{rank}: {first}")
+        for path in self.written:
+            tr.write_line(f"report: {path}")
+        if self.write_error:
+            tr.write_line(self.write_error, red=True)
+        status = "FAILED (a MUST clause failed)" if self.suite.exit_status else "passed"
+        tr.write_line(f"conformance {status}")
+
+
+_KEEP_STATUS: Final = frozenset(
+    {
+        int(pytest.ExitCode.INTERRUPTED),
+        int(pytest.ExitCode.INTERNAL_ERROR),
+        int(pytest.ExitCode.USAGE_ERROR),
+        int(pytest.ExitCode.NO_TESTS_COLLECTED),
+    }
+)
+
+
+def _report_dir(config: pytest.Config) -> Path:
+    raw = config.getoption("tpbcast_report_dir") or REPORT_DIR_DEFAULT
+    path = Path(raw)
+    return path if path.is_absolute() else config.invocation_params.dir / path
+
+
+def _write_reports(suite: SuiteResult, directory: Path, spec: Spec) -> tuple[Path, ...]:
+    from . import _report
+
+    files = _report.write_reports(suite, directory, spec=spec)
+    return (files.html, files.json, files.markdown)
+
+
+# --------------------------------------------------------------------------- import
+
+
+def _tests_dir() -> Path:
+    from . import tests
+
+    return Path(tests.__file__).resolve().parent
+
+
+def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """Collect the installed tests package as a plain directory.
+
+    pytest would import ``tests/__init__.py`` by file path under a name derived from the
+    folder layout (``conformance.tests``), which is wrong both in a checkout (the folder
+    installs as ``tpbcast.conformance``) and in a wheel (``tpbcast`` is a namespace
+    package).  :class:`_TestModule` imports each module by its real dotted name instead.
+    """
+    if path.resolve() == _tests_dir():
+        return pytest.Dir.from_parent(parent, path=path)
+    return None
+
+
+class _TestModule(pytest.Module):
+    """A conformance test module, imported as ``tpbcast.conformance.tests.<name>``."""
+
+    def _getobj(self) -> Any:
+        relative = self.path.resolve().relative_to(_tests_dir()).with_suffix("")
+        dotted = ".".join(("tpbcast", "conformance", "tests", *relative.parts))
+        module = importlib.import_module(dotted)
+        self.config.pluginmanager.consider_module(module)
+        return module
+
+
+def pytest_pycollect_makemodule(
+    module_path: Path, parent: pytest.Collector
+) -> pytest.Module | None:
+    """Route modules of the tests package through :class:`_TestModule`."""
+    resolved = module_path.resolve()
+    if resolved.name == "__init__.py" or not resolved.is_relative_to(_tests_dir()):
+        return None
+    return _TestModule.from_parent(parent, path=module_path)

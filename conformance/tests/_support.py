@@ -1,0 +1,353 @@
+"""Building blocks of the conformance tests: making broadcasters, payloads, observations.
+
+Everything here runs inside forked ranks or in the test body, and talks to the
+implementation only through the adapter contract (DESIGN.md): ``impl.create()`` and the
+members its declared capabilities promise.  Observations cross back to the test body as
+small frozen dataclasses (pickled by the harness), so the checks, and their messages
+citing the clause, live in the test.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import random
+import socket
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+try:
+    from tpbcast.harness import rogue_peer, rogue_root
+except ImportError:  # pragma: no cover - until the harness façade exports them
+    from tpbcast.harness._rogue import rogue_peer, rogue_root
+
+__all__ = ["rogue_peer", "rogue_root"]
+
+# Short deadlines keep fault tests fast; margins are generous because the machine may be
+# 4x oversubscribed (helper rules): an error must come within deadline + MARGIN and not
+# before EARLY * deadline.
+SHORT: Final = 0.5
+MARGIN: Final = 3.0
+EARLY: Final = 0.8
+# How long a rogue watches for a reaction; well above SHORT + scheduling noise.
+OBSERVE: Final = 5.0
+# Per-group deadline for fault tests (a hang becomes ERROR quickly, not after minutes).
+GROUP_TIMEOUT: Final = 20.0
+MiB: Final = 1 << 20
+
+ERROR_FIELDS: Final = (
+    "rank",
+    "peer",
+    "phase",
+    "bytes_done",
+    "bytes_total",
+    "elapsed",
+    "path",
+    "errno_name",
+)
+
+
+@dataclass(frozen=True)
+class Raised:
+    """What a call raised inside a rank (picklable, unlike many exceptions)."""
+
+    type_name: str
+    bases: tuple[str, ...]
+    message: str
+    elapsed: float
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def is_a(self, name: str) -> bool:
+        """True if ``name`` is the class or any base class of the exception."""
+        return name in self.bases
+
+    def __str__(self) -> str:
+        return f"{self.type_name}: {self.message} (after {self.elapsed:.3f}s)"
+
+
+def capture(exc: BaseException, elapsed: float) -> Raised:
+    """Freeze ``exc`` into a :class:`Raised`, keeping the documented error attributes."""
+    attrs: dict[str, Any] = {}
+    for name in ERROR_FIELDS:
+        if hasattr(exc, name):
+            value = getattr(exc, name)
+            attrs[name] = value if isinstance(value, int | float | str | type(None)) else repr(value)
+    return Raised(
+        type_name=type(exc).__name__,
+        bases=tuple(cls.__name__ for cls in type(exc).__mro__),
+        message=str(exc),
+        elapsed=elapsed,
+        attrs=attrs,
+    )
+
+
+def attempt(fn: Callable[..., object], *args: Any, **kwargs: Any) -> Raised | None:
+    """Call ``fn``; return what it raised (an ``Exception``) or None if it returned."""
+    start = time.monotonic()
+    try:
+        fn(*args, **kwargs)
+    except Exception as exc:
+        return capture(exc, time.monotonic() - start)
+    return None
+
+
+def timed(fn: Callable[..., object], *args: Any) -> tuple[Raised | None, float]:
+    """:func:`attempt` plus the elapsed time either way."""
+    start = time.monotonic()
+    raised = attempt(fn, *args)
+    return raised, time.monotonic() - start
+
+
+def make(
+    impl: Any,
+    *,
+    connect: float | None = None,
+    init: float | None = None,
+    io: float | None = None,
+) -> Any:
+    """A fresh broadcaster; deadlines are set only if given and the impl has ``deadlines``."""
+    bcast = impl.create()
+    if impl.supports("deadlines") and (connect, init, io) != (None, None, None):
+        bcast.set_deadlines(connect=connect, init=init, io=io)
+    return bcast
+
+
+def short(impl: Any, **kwargs: float) -> Any:
+    """A broadcaster with every deadline at :data:`SHORT` unless overridden."""
+    values = {"connect": SHORT, "init": SHORT, "io": SHORT, **kwargs}
+    return make(impl, **values)
+
+
+def payload(seed: int, size: int, salt: object = "") -> bytes:
+    """Deterministic random bytes for ``(seed, salt)``: reproducible from the session seed."""
+    return random.Random(f"{seed}:{salt}:{size}").randbytes(size)
+
+
+def digest(data: object) -> str:
+    """SHA-256 of a buffer's bytes (cheap to send back from a rank)."""
+    return hashlib.sha256(memoryview(data).cast("B")).hexdigest()  # type: ignore[arg-type]
+
+
+def sock_path(base_path: str) -> str:
+    """Rank 0's socket path (wire v1 step 1)."""
+    return f"{base_path}_0.sock"
+
+
+def fd_table() -> dict[int, str]:
+    """This process's open fds and what they point at (``/proc/self/fd``)."""
+    table: dict[int, str] = {}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            table[fd] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the fd of the listdir itself, closed by now
+    return table
+
+
+def new_fds(before: dict[int, str]) -> dict[int, str]:
+    """Fds open now that were not open (with the same target) in ``before``."""
+    now = fd_table()
+    return {fd: what for fd, what in now.items() if before.get(fd) != what}
+
+
+def socket_fds() -> dict[int, str]:
+    """Open socket fds of this process."""
+    return {fd: what for fd, what in fd_table().items() if what.startswith("socket:")}
+
+
+def cloexec_missing() -> list[str]:
+    """Socket fds of this process without FD_CLOEXEC."""
+    import fcntl
+
+    bad = []
+    for fd, what in socket_fds().items():
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFD)
+        except OSError:
+            continue
+        if not flags & fcntl.FD_CLOEXEC:
+            bad.append(f"fd {fd} ({what})")
+    return bad
+
+
+def entries(directory: str) -> list[str]:
+    """Sorted names in ``directory`` (empty if it does not exist)."""
+    try:
+        return sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+
+
+def kind_of(path: str) -> str:
+    """``socket``, ``file``, ``dir``, ``symlink``, ``missing`` or ``other``."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "missing"
+    if stat.S_ISLNK(st.st_mode):
+        return "symlink"
+    if stat.S_ISSOCK(st.st_mode):
+        return "socket"
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    if stat.S_ISDIR(st.st_mode):
+        return "dir"
+    return "other"
+
+
+def stale_socket(path: str) -> None:
+    """Leave a socket file with no listener at ``path`` (a crashed rank 0's leftover)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+    finally:
+        sock.close()
+
+
+def connect_refused(path: str) -> bool:
+    """True if nobody listens at ``path`` (ECONNREFUSED/ENOENT)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError as exc:
+        return exc.errno in (errno.ECONNREFUSED, errno.ENOENT)
+    finally:
+        sock.close()
+    return False
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.005) -> bool:
+    """Poll ``predicate`` until true or ``timeout`` s pass (a deadline, not a sleep)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+def group_roundtrip(
+    ctx: Any,
+    bcast: Any,
+    sizes: list[int],
+    *,
+    salt: object = "",
+) -> list[str]:
+    """Broadcast one payload per size (root fills, peers receive); return peer digests.
+
+    Peers pre-fill their buffer with a pattern that differs from the payload, so a
+    broadcast that moves nothing cannot pass.
+    """
+    out = []
+    for index, size in enumerate(sizes):
+        data = payload(ctx.seed, size, (salt, index))
+        if ctx.rank == 0:
+            buf = bytearray(data)
+        else:
+            buf = bytearray(b"\xa5" * size) if size else bytearray()
+            if size and buf == data:
+                buf[0] ^= 0xFF
+        bcast.broadcast(buf)
+        out.append(digest(buf))
+    return out
+
+
+def expected_digests(seed: int, sizes: list[int], *, salt: object = "") -> list[str]:
+    """What :func:`group_roundtrip` must return on every rank."""
+    return [digest(payload(seed, size, (salt, index))) for index, size in enumerate(sizes)]
+
+
+def clause(cid: str, sentence: str, got: object) -> str:
+    """An assertion message that states the clause first: ``ID: sentence -- got ...``."""
+    return f"{cid}: {sentence} -- got {got}"
+
+
+def peers_of(result: Any) -> list[Any]:
+    """Outcomes of ranks 1..n-1."""
+    return list(result.outcomes[1:])
+
+
+def ok_values(result: Any) -> list[Any]:
+    """Each rank's returned value (the group must have succeeded)."""
+    return [outcome.value for outcome in result.outcomes]
+
+
+def assert_no_survivors(result: Any, cid: str = "HYG-1") -> None:
+    """No process of the group outlived it."""
+    assert not result.survivors, clause(
+        cid, "no process of the group survives it", f"survivors {result.survivors}"
+    )
+
+
+def assert_no_leftovers(result: Any, cid: str = "HYG-2") -> None:
+    """No file the ranks created is left in the workdir."""
+    assert not result.leftover_files, clause(
+        cid, "no socket file is left after reset", f"leftover files {result.leftover_files}"
+    )
+
+
+def status_of(outcome: Any) -> str:
+    """``OK``, ``RAISED``, ``EXITED``, ``SIGNALED`` or ``TIMED_OUT``."""
+    return str(outcome.status.name)
+
+
+def raw_connect(path: str, timeout: float = 10.0) -> socket.socket:
+    """Connect like a wire-v1 peer: retry ENOENT/ECONNREFUSED until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            sock.close()
+            if exc.errno not in (errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN):
+                raise
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"nobody accepted at {path} within {timeout}s") from exc
+            time.sleep(0.01)
+            continue
+        return sock
+
+
+def read_exact(sock: socket.socket, nbytes: int, timeout: float = 10.0) -> bytes:
+    """Read exactly ``nbytes`` within ``timeout`` s; raise on EOF or timeout."""
+    deadline = time.monotonic() + timeout
+    chunks = bytearray()
+    while len(chunks) < nbytes:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"got {len(chunks)} of {nbytes} byte(s) within {timeout}s")
+        sock.settimeout(remaining)
+        data = sock.recv(min(nbytes - len(chunks), 1 << 20))
+        if not data:
+            raise ConnectionError(f"EOF after {len(chunks)} of {nbytes} byte(s)")
+        chunks += data
+    return bytes(chunks)
+
+
+def read_window(sock: socket.socket, window: float) -> bytes | None:
+    """Whatever arrives within ``window`` s: None if nothing, b"" on EOF.
+
+    Proving that something does NOT happen needs an observation window; this is
+    that window, not a synchronisation.
+    """
+    sock.settimeout(window)
+    try:
+        return sock.recv(1 << 16)
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        return b""
+
+
+def announce(sock: socket.socket, rank: int) -> None:
+    """Send a wire-v1 rank announcement."""
+    import struct
+
+    sock.sendall(struct.pack("=i", rank))
