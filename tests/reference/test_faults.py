@@ -1,0 +1,436 @@
+"""Every error path: bad handshakes, wrong probe, missing ranks, deaths, deadlines, SIGPIPE.
+
+Each test first proves the fault happened (the raw counterpart did its thing,
+the process died, the signal disposition was SIG_DFL), then judges the
+reaction (error type, fields, message, cleanup).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from tpbcast.reference_impl import (
+    BroadcastTimeoutError,
+    BrokenBroadcasterError,
+    CpuTpBroadcaster,
+    HandshakeError,
+    PeerClosedError,
+)
+
+from ._forkrun import Event, fork_all, values
+from ._helpers import fast_config, list_fds, pack_rank, raw_connect, raw_listen, raw_recv_exact
+
+MiB = 1 << 20
+
+
+def _root_expecting_failure(
+    base_path: str, world_size: int, *, after: Event | None = None, **cfg: object
+):
+    """A rank-0 target: initialize must fail; returns (error, leftovers)."""
+
+    def main() -> tuple[BaseException, bool, bool]:
+        before = list_fds()
+        b = CpuTpBroadcaster(fast_config(**cfg))
+        try:
+            b.initialize(0, world_size, base_path)
+        except Exception as exc:
+            err: BaseException = exc
+        else:
+            raise AssertionError("initialize succeeded")
+        finally:
+            if after is not None:
+                after.notify()
+        fds_restored = list_fds() == before
+        socket_gone = not os.path.exists(base_path + "_0.sock")
+        return err, fds_restored, socket_gone and not b.is_initialized()
+
+    return main
+
+
+def _raw_peer(
+    base_path: str, data: bytes, *, hang_up: bool = False, hold: Event | None = None
+):
+    """Connect, send ``data``; then hang up at once, or wait for rank 0 to close."""
+
+    def main() -> bytes:
+        sock = raw_connect(base_path + "_0.sock")
+        sock.sendall(data)
+        if hang_up:
+            sock.close()
+            return b""
+        if hold is not None:
+            hold.wait()
+        try:
+            rest = sock.recv(1)  # rank 0 closes on us: EOF (b"") or a reset
+        except ConnectionResetError:
+            rest = b""
+        sock.close()
+        return rest
+
+    return main
+
+
+@pytest.mark.parametrize(
+    ("world_size", "announced", "match"),
+    [
+        (2, 9, "bad peer rank 9 (world_size 2)"),
+        (4, -1, "bad peer rank -1 (world_size 4)"),
+        (2, 0, "bad peer rank 0 (world_size 2)"),
+        (2, 0x7FFFFFFF, "bad peer rank 2147483647 (world_size 2)"),
+    ],
+)
+def test_rank0_rejects_bad_peer_rank(
+    base_path: str, world_size: int, announced: int, match: str
+) -> None:
+    root, peer = fork_all(
+        [
+            _root_expecting_failure(base_path, world_size),
+            _raw_peer(base_path, pack_rank(announced)),
+        ]
+    )
+    assert values([peer]) == [b""]  # the raw peer sent its bytes and saw the close
+    err, fds_restored, clean = values([root])[0]
+    assert isinstance(err, HandshakeError)
+    assert match in str(err)
+    assert err.rank == 0 and err.phase == "handshake"
+    assert fds_restored and clean  # failed initialize left nothing behind
+
+
+def test_rank0_rejects_duplicate_peer_rank(base_path: str) -> None:
+    first_in = Event()
+
+    def first() -> bytes:
+        sock = raw_connect(base_path + "_0.sock")
+        sock.sendall(pack_rank(1))
+        first_in.notify()
+        return sock.recv(1)
+
+    def second() -> bytes:
+        first_in.wait()  # the duplicate must be the second to arrive
+        return _raw_peer(base_path, pack_rank(1))()
+
+    root, *peers = fork_all([_root_expecting_failure(base_path, 3), first, second])
+    assert values(peers) == [b"", b""]
+    err, fds_restored, clean = values([root])[0]
+    assert isinstance(err, HandshakeError)
+    assert "duplicate peer rank 1" in str(err)
+    assert fds_restored and clean
+
+
+def test_truncated_handshake(base_path: str) -> None:
+    root, peer = fork_all(
+        [_root_expecting_failure(base_path, 2), _raw_peer(base_path, pack_rank(1)[:2], hang_up=True)]
+    )
+    assert values([peer]) == [b""]
+    err, fds_restored, clean = values([root])[0]
+    assert isinstance(err, HandshakeError)
+    assert "after 2/4 bytes" in str(err)
+    assert (err.bytes_done, err.bytes_total) == (2, 4)
+    assert fds_restored and clean
+
+
+def test_silent_peer_hits_the_init_deadline(base_path: str) -> None:
+    done = Event()
+    root, peer = fork_all(
+        [
+            _root_expecting_failure(base_path, 2, after=done, init_timeout=0.5),
+            _raw_peer(base_path, b"", hold=done),
+        ]
+    )
+    err, fds_restored, clean = values([root])[0]
+    assert isinstance(err, BroadcastTimeoutError)
+    assert err.phase == "handshake" and err.errno_name == "ETIMEDOUT"
+    assert err.elapsed is not None and 0.5 <= err.elapsed < 5
+    assert fds_restored and clean
+    values([peer])
+
+
+def test_never_arriving_peer_one_deadline_for_all(base_path: str) -> None:
+    """init_timeout is ONE deadline: 1 s total, not 1 s per missing peer."""
+
+    def peer1() -> str:
+        b = CpuTpBroadcaster(fast_config(init_timeout=5.0))
+        with pytest.raises(PeerClosedError) as info:
+            b.initialize(1, 4, base_path)
+        return str(info.value)
+
+    root, peer = fork_all([_root_expecting_failure(base_path, 4, init_timeout=1.0), peer1])
+    err, fds_restored, clean = values([root])[0]
+    assert isinstance(err, BroadcastTimeoutError)
+    assert err.phase == "accept"
+    assert "1/3 peers connected; missing rank(s) [2, 3]" in str(err)
+    assert err.elapsed is not None and 1.0 <= err.elapsed < 3.0
+    assert fds_restored and clean
+    message = values([peer])[0]  # the connected peer learns at once, not at its deadline
+    assert "closed the connection before sending the link probe" in message
+
+
+def test_root_never_listening(base_path: str) -> None:
+    b = CpuTpBroadcaster(fast_config(connect_timeout=0.5))
+    before = list_fds()
+    start = time.monotonic()
+    with pytest.raises(BroadcastTimeoutError) as info:
+        b.initialize(1, 2, base_path)
+    assert 0.5 <= time.monotonic() - start < 3
+    err = info.value
+    assert err.phase == "connect" and err.peer == 0 and err.rank == 1
+    assert err.errno_name == "ENOENT"
+    assert "attempts" in str(err) and err.path == base_path + "_0.sock"
+    assert list_fds() == before and not b.is_initialized()
+
+
+def test_stale_socket_without_listener_is_retried_then_times_out(base_path: str) -> None:
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(base_path + "_0.sock")
+    stale.close()  # a leftover file: connect gives ECONNREFUSED
+    b = CpuTpBroadcaster(fast_config(connect_timeout=0.3))
+    with pytest.raises(BroadcastTimeoutError) as info:
+        b.initialize(1, 2, base_path)
+    assert info.value.errno_name == "ECONNREFUSED"
+
+
+def _raw_root(base_path: str, reply: bytes):
+    def main() -> bytes:
+        listener = raw_listen(base_path + "_0.sock", 1)
+        conn, _ = listener.accept()
+        rank = raw_recv_exact(conn, 4)
+        conn.sendall(reply)
+        conn.close()
+        listener.close()
+        return rank
+
+    return main
+
+
+def test_peer_rejects_wrong_probe_byte(base_path: str) -> None:
+    def peer() -> HandshakeError:
+        b = CpuTpBroadcaster(fast_config())
+        before = list_fds()
+        with pytest.raises(HandshakeError) as info:
+            b.initialize(1, 2, base_path)
+        assert list_fds() == before
+        return info.value
+
+    root, rank1 = fork_all([_raw_root(base_path, b"\x13"), peer])
+    assert values([root]) == [pack_rank(1)]
+    err = values([rank1])[0]
+    assert "expected 0x5a, got 0x13" in str(err)
+    assert err.errno_name is None and "Success" not in str(err)
+    assert err.phase == "probe" and err.peer == 0
+
+
+def test_root_closes_before_probe(base_path: str) -> None:
+    def peer() -> PeerClosedError:
+        with pytest.raises(PeerClosedError) as info:
+            CpuTpBroadcaster(fast_config()).initialize(1, 2, base_path)
+        return info.value
+
+    root, rank1 = fork_all([_raw_root(base_path, b""), peer])
+    assert values([root]) == [pack_rank(1)]
+    err = values([rank1])[0]
+    assert err.phase == "probe" and "closed" in str(err) and "Success" not in str(err)
+
+
+def test_peer_closing_before_broadcast(base_path: str) -> None:
+    """Peer 2 leaves; rank 0 names peer 2, turns broken, and peer 1 learns at once."""
+    gone = Event()
+
+    def root() -> tuple[PeerClosedError, str]:
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(0, 3, base_path)
+        gone.wait()
+        data = bytearray(os.urandom(MiB))
+        with pytest.raises(PeerClosedError) as info:
+            b.broadcast(data)
+        with pytest.raises(BrokenBroadcasterError) as broken:
+            b.broadcast(data)
+        assert b.statistics().broken
+        b.reset()
+        return info.value, str(broken.value)
+
+    def peer1() -> tuple[int, str]:
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(1, 3, base_path)
+        buf = bytearray(MiB)
+        b.broadcast(buf)  # peer 1 is written first: it gets the whole payload
+        with pytest.raises(PeerClosedError) as info:
+            b.broadcast(buf)  # then rank 0 broke and closed us
+        return len(buf), str(info.value)
+
+    def peer2() -> bool:
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(2, 3, base_path)
+        b.reset()  # the fault: close the connection
+        gone.notify()
+        return True
+
+    r0, r1, r2 = values(fork_all([root, peer1, peer2]))
+    err, broken_text = r0
+    assert r2 is True
+    assert err.peer == 2 and err.phase == "broadcast" and err.rank == 0
+    assert err.errno_name in {"EPIPE", "ECONNRESET"}
+    assert "write to peer 2 failed" in str(err) and "closed" in str(err)
+    assert err.bytes_total == MiB
+    assert "Success" not in str(err)
+    assert "reset()" in broken_text
+    assert r1[0] == MiB and "read from rank 0 failed" in r1[1] and "closed" in r1[1]
+
+
+def test_peer_closing_mid_broadcast(base_path: str) -> None:
+    """The peer reads 1 MiB of 8 MiB and closes: rank 0 reports how far it got."""
+
+    def root() -> PeerClosedError:
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(0, 2, base_path)
+        with pytest.raises(PeerClosedError) as info:
+            b.broadcast(bytearray(8 * MiB))
+        return info.value
+
+    def peer() -> int:
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(1, 2, base_path)
+        part = bytearray(MiB)
+        b.broadcast(part)  # desynchronised on purpose: reads only 1 MiB
+        b.reset()  # closes with unread data pending
+        return len(part)
+
+    err, got = values(fork_all([root, peer]))
+    assert got == MiB
+    assert err.bytes_total == 8 * MiB
+    assert err.bytes_done is not None and MiB <= err.bytes_done < 8 * MiB
+    assert err.errno_name in {"EPIPE", "ECONNRESET"}
+
+
+def test_root_dying_mid_broadcast(base_path: str) -> None:
+    """Rank 0 is SIGKILLed after 1 MiB of 9 MiB: every peer names rank 0, closed."""
+
+    def root() -> None:
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(0, 3, base_path)
+
+        def killer() -> None:
+            deadline = time.monotonic() + 10
+            while b.statistics().bytes_sent < MiB and time.monotonic() < deadline:
+                time.sleep(0.001)  # polling a counter with a deadline
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        threading.Thread(target=killer, daemon=True).start()
+        b.broadcast([bytearray(MiB), bytearray(8 * MiB)])
+        raise AssertionError("the root should have been killed mid-broadcast")
+
+    def peer(rank: int):
+        def main() -> PeerClosedError:
+            b = CpuTpBroadcaster(fast_config())
+            b.initialize(rank, 3, base_path)
+            with pytest.raises(PeerClosedError) as info:
+                b.broadcast([bytearray(MiB), bytearray(8 * MiB)])
+            return info.value
+
+        return main
+
+    r0, p1, p2 = fork_all([root, peer(1), peer(2)])
+    assert r0.status == "signaled" and r0.signal == signal.SIGKILL  # the fault happened
+    for err in values([p1, p2]):
+        assert err.peer == 0 and err.phase == "broadcast"
+        assert "read from rank 0 failed" in str(err) and "closed" in str(err)
+        assert "Success" not in str(err)
+        assert err.bytes_total == 9 * MiB
+        assert err.bytes_done is not None and err.bytes_done < 9 * MiB
+    assert values([p1])[0].bytes_done >= MiB  # peer 1 got at least the first buffer
+
+
+def test_sigpipe_at_default_does_not_kill_rank0(base_path: str) -> None:
+    def control() -> None:
+        """Proves the fault is real: without MSG_NOSIGNAL this process dies."""
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        a, b = socket.socketpair()
+        b.close()
+        a.send(b"x")  # plain send, no MSG_NOSIGNAL
+
+    def root() -> tuple[object, PeerClosedError]:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as in a C++ engine process
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(0, 2, base_path)
+        # 4 MiB never fit the socket buffer: rank 0 is still writing when the
+        # peer dies (or starts after it died); either way the write hits EPIPE.
+        with pytest.raises(PeerClosedError) as info:
+            b.broadcast(bytearray(4 * MiB))
+        return signal.getsignal(signal.SIGPIPE), info.value
+
+    def peer() -> None:
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(1, 2, base_path)
+        os.kill(os.getpid(), signal.SIGKILL)  # dies without any teardown
+
+    ctl, r0, r1 = fork_all([control, root, peer])
+    assert ctl.status == "signaled" and ctl.signal == signal.SIGPIPE
+    assert r1.status == "signaled" and r1.signal == signal.SIGKILL
+    disposition, err = values([r0])[0]  # rank 0 survived and raised
+    assert disposition == signal.SIG_DFL
+    assert err.errno_name in {"EPIPE", "ECONNRESET"} and err.peer == 1
+    assert "closed" in str(err)
+
+
+def test_io_deadline_on_rank0(base_path: str) -> None:
+    root_done = Event()
+
+    def root() -> BroadcastTimeoutError:
+        b = CpuTpBroadcaster(fast_config(io_timeout=0.5))
+        b.initialize(0, 2, base_path)
+        try:
+            with pytest.raises(BroadcastTimeoutError) as info:
+                b.broadcast(bytearray(8 * MiB))  # the peer never reads
+        finally:
+            root_done.notify()
+        with pytest.raises(BrokenBroadcasterError):
+            b.broadcast(bytearray(1))
+        b.reset()
+        b.reset()
+        return info.value
+
+    def peer() -> bool:
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(1, 2, base_path)
+        root_done.wait()  # alive, connected, not reading
+        b.reset()
+        return True
+
+    err, ok = values(fork_all([root, peer]))
+    assert ok
+    assert err.phase == "broadcast" and err.peer == 1 and err.errno_name == "ETIMEDOUT"
+    assert err.bytes_total == 8 * MiB
+    assert err.bytes_done is not None and 0 < err.bytes_done < 8 * MiB
+    assert err.elapsed is not None and 0.5 <= err.elapsed < 3
+
+
+def test_io_deadline_on_a_peer(base_path: str) -> None:
+    peer_done = Event()
+
+    def root() -> bool:
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(0, 2, base_path)
+        peer_done.wait()  # alive, connected, not sending
+        b.reset()
+        return True
+
+    def peer() -> BroadcastTimeoutError:
+        b = CpuTpBroadcaster(fast_config(io_timeout=0.5))
+        b.initialize(1, 2, base_path)
+        try:
+            with pytest.raises(BroadcastTimeoutError) as info:
+                b.broadcast(bytearray(16 * MiB))
+        finally:
+            peer_done.notify()
+        assert b.statistics().broken
+        return info.value
+
+    ok, err = values(fork_all([root, peer]))
+    assert ok
+    assert err.peer == 0 and err.rank == 1 and err.bytes_done == 0
+    assert err.bytes_total == 16 * MiB and "read from rank 0" in str(err)
