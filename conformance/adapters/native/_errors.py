@@ -41,9 +41,8 @@ class NativeBroadcastError(RuntimeError):
         self.bytes_total = info.bytes_total
         self.elapsed = info.elapsed
         self.path = info.path or None
-        self.errno_name: str | None = (
-            "EOF" if info.err == -1 else _errno.errorcode.get(info.err) if info.err > 0 else None
-        )
+        # EOF is not an errno: None there (the message says "peer closed (EOF)").
+        self.errno_name: str | None = _errno.errorcode.get(info.err) if info.err > 0 else None
 
     def __reduce__(self) -> tuple[type[NativeBroadcastError], tuple[ErrorInfo]]:
         # Ranks are forked processes: errors must pickle back to the parent.
