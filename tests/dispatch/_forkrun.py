@@ -75,7 +75,7 @@ class RankResult:
         return "\n".join(parts)
 
 
-class GroupFailure(AssertionError):
+class GroupFailureError(AssertionError):
     """At least one rank did not return normally; the message holds every rank's report."""
 
 
@@ -174,9 +174,11 @@ def _returned_ok(status: int, workdir: str, rank: int) -> bool:
 
 def _result(rank: int, pid: int, status: int, workdir: str) -> RankResult:
     output = ""
-    with contextlib.suppress(OSError):
-        with open(os.path.join(workdir, f"output.{rank}"), errors="replace") as handle:
-            output = handle.read()
+    with (
+        contextlib.suppress(OSError),
+        open(os.path.join(workdir, f"output.{rank}"), errors="replace") as handle,
+    ):
+        output = handle.read()
     if status < 0:
         raw = -1 - status
         sig = os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else None
@@ -196,7 +198,7 @@ def _result(rank: int, pid: int, status: int, workdir: str) -> RankResult:
 
 
 def values(results: Sequence[RankResult]) -> list[Any]:
-    """Every rank's return value, or :class:`GroupFailure` describing each rank."""
+    """Every rank's return value, or :class:`GroupFailureError` describing each rank."""
     if any(result.status != "ok" for result in results):
-        raise GroupFailure("\n".join(result.describe() for result in results))
+        raise GroupFailureError("\n".join(result.describe() for result in results))
     return [result.value for result in results]

@@ -1,0 +1,269 @@
+"""Bootstrap policy: consensus through the process group, and a clean teardown."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from tpbcast.reference_impl._dispatch import (
+    BootstrapFallbackWarning,
+    CpuBroadcastDispatcher,
+    DispatchPath,
+    bootstrap,
+    is_uds_eligible,
+)
+from tpbcast.reference_impl._errors import ConfigurationError, NotInitializedError
+
+from . import _stack
+from ._forkrun import RankContext, run_forked, values
+
+FAILING_RANK = 2
+
+
+def _bootstrap_recording_warnings(stack, ctx, *, local_world_size, base_path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        decision = bootstrap(
+            stack.dispatcher,
+            tp_rank=ctx.rank,
+            tp_size=ctx.world_size,
+            local_world_size=local_world_size,
+            base_path=base_path,
+            config=_stack.FAST,
+        )
+    texts = [str(w.message) for w in caught if issubclass(w.category, BootstrapFallbackWarning)]
+    return decision, texts
+
+
+def _after_fallback(stack, ctx) -> tuple[bool, tuple]:
+    stack.recorder.clear()
+    buffers = _stack.payload(ctx.rank, 9)
+    path = stack.dispatcher.broadcast_cpu(buffers)
+    ok = path is DispatchPath.COLLECTIVE and _stack.payload_bytes(buffers) == _stack.expected(9)
+    return ok, stack.recorder.events
+
+
+def _init_failure_rank(ctx: RankContext) -> dict[str, object]:
+    stack = _stack.make_stack(ctx)
+    base_path = ctx.base_path
+    if ctx.rank == FAILING_RANK:  # the fault: a socket path over the 107-byte sun_path limit
+        base_path = ctx.base_path + "x" * 120
+    try:
+        decision, texts = _bootstrap_recording_warnings(
+            stack, ctx, local_world_size=ctx.world_size, base_path=base_path
+        )
+        ok, events = _after_fallback(stack, ctx)
+        return {
+            "path": str(decision.path),
+            "attempted": decision.attempted,
+            "failed": decision.failed_ranks,
+            "errors": dict(decision.errors),
+            "local_error": decision.local_error,
+            "warnings": texts,
+            "initialized": stack.broadcaster.is_initialized(),
+            "socket_left": _stack.exists(_stack.socket_file(ctx)),
+            "fallback_ok": ok,
+            "events": events,
+        }
+    finally:
+        stack.dispatcher.teardown()
+
+
+def test_one_rank_init_failure_sends_every_rank_to_the_fallback():
+    results = values(run_forked(_init_failure_rank, 4, timeout=60))
+    # the fault happened: rank 2's own initialize refused its path at once
+    fault = results[FAILING_RANK]["local_error"]
+    assert fault is not None and fault.startswith("ConfigurationError"), fault
+    assert "107" in fault, fault
+    for rank, res in enumerate(results):
+        assert res["path"] == "collective", f"rank {rank} is not on the fallback"
+        assert res["attempted"] is True
+        assert FAILING_RANK in res["failed"], res["failed"]
+        assert res["errors"][FAILING_RANK] == fault, "every rank sees rank 2's own error"
+        assert len(res["warnings"]) == 1, res["warnings"]
+        assert f"rank {FAILING_RANK}: ConfigurationError" in res["warnings"][0]
+        assert res["initialized"] is False
+        assert res["socket_left"] is False
+        assert res["fallback_ok"] is True
+        assert [e[0] for e in res["events"]] == ["collective", "sync_communication", "device_sync"]
+
+
+def _layout_disagreement_rank(ctx: RankContext) -> dict[str, object]:
+    stack = _stack.make_stack(ctx)
+    lws = 2 if ctx.rank == FAILING_RANK else ctx.world_size  # rank 2 thinks TP spans nodes
+    try:
+        decision, texts = _bootstrap_recording_warnings(
+            stack, ctx, local_world_size=lws, base_path=ctx.base_path
+        )
+        ok, _ = _after_fallback(stack, ctx)
+        return {
+            "path": str(decision.path),
+            "attempted": decision.attempted,
+            "failed": decision.failed_ranks,
+            "warnings": texts,
+            "socket_left": _stack.exists(_stack.socket_file(ctx)),
+            "elapsed": decision.elapsed,
+            "fallback_ok": ok,
+        }
+    finally:
+        stack.dispatcher.teardown()
+
+
+def test_layout_disagreement_is_agreed_before_anyone_tries_uds():
+    results = values(run_forked(_layout_disagreement_rank, 4))
+    for rank, res in enumerate(results):
+        assert res["path"] == "collective", rank
+        assert res["attempted"] is False, "nobody may start a UDS bootstrap"
+        assert res["failed"] == (FAILING_RANK,)
+        assert len(res["warnings"]) == 1
+        assert "rank 2: tp_size 4 > local_world_size 2" in res["warnings"][0]
+        assert res["socket_left"] is False
+        assert res["fallback_ok"] is True
+        # no connect/init deadline was waited out (those are 3 s each)
+        assert res["elapsed"] < _stack.FAST.init_timeout
+
+
+def _reinit_rank(ctx: RankContext) -> dict[str, object]:
+    import torch.distributed as dist
+
+    rounds = []
+    broadcaster = None
+    old = None
+    for round_no, lws in enumerate([ctx.world_size, ctx.world_size, 1]):
+        stack = _stack.make_stack(ctx, store_name=f"pg{round_no}.store", broadcaster=broadcaster)
+        broadcaster = stack.broadcaster
+        decision = bootstrap(
+            stack.dispatcher,
+            tp_rank=ctx.rank,
+            tp_size=ctx.world_size,
+            local_world_size=lws,
+            base_path=ctx.base_path,
+            config=_stack.FAST,
+        )
+        buffers = _stack.payload(ctx.rank, round_no)
+        path = stack.dispatcher.broadcast_cpu(buffers)
+        generation = broadcaster.generation
+        stack.dispatcher.teardown()
+        rounds.append(
+            {
+                "decision": str(decision.path),
+                "path": str(path),
+                "data_ok": _stack.payload_bytes(buffers) == _stack.expected(round_no),
+                "generation_bump": broadcaster.generation - generation,
+                "initialized_after": broadcaster.is_initialized(),
+                "group_after": dist.is_initialized(),
+                "socket_after": _stack.exists(_stack.socket_file(ctx)),
+            }
+        )
+        old = stack.dispatcher
+    try:
+        old.broadcast_cpu([bytearray(4)])
+    except NotInitializedError as exc:
+        stale = str(exc)
+    else:
+        stale = "no error"
+    return {"rounds": rounds, "stale": stale}
+
+
+def test_reinit_after_teardown_starts_clean():
+    results = values(run_forked(_reinit_rank, 2))
+    for res in results:
+        paths = [(r["decision"], r["path"]) for r in res["rounds"]]
+        assert paths == [("uds", "uds"), ("uds", "uds"), ("collective", "collective")]
+        for r in res["rounds"]:
+            assert r["data_ok"]
+            assert r["generation_bump"] == 1, "teardown resets the broadcaster"
+            assert r["initialized_after"] is False
+            assert r["group_after"] is False, "teardown destroys the group it created"
+            assert r["socket_after"] is False
+        assert "after teardown()" in res["stale"]
+
+
+def _mismatch_rank(ctx: RankContext) -> str:
+    stack = _stack.make_stack(ctx)
+    try:
+        bootstrap(
+            stack.dispatcher,
+            tp_rank=(ctx.rank + 1) % ctx.world_size,
+            tp_size=ctx.world_size,
+            local_world_size=ctx.world_size,
+            base_path=ctx.base_path,
+            config=_stack.FAST,
+        )
+    except ConfigurationError as exc:
+        return str(exc)
+    finally:
+        stack.dispatcher.teardown()
+    return "no error"
+
+
+def test_tp_rank_must_match_the_process_group():
+    for rank, text in enumerate(values(run_forked(_mismatch_rank, 2))):
+        assert f"the process group says rank {rank} of 2" in text
+
+
+# -- pure checks (no torch op in the pytest process) ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tp_size", "local_world_size", "eligible"),
+    [(1, 1, False), (1, 8, False), (2, 2, True), (4, 8, True), (4, 2, False), (8, 1, False)],
+)
+def test_uds_only_when_tp_is_intra_node_and_above_one(tp_size, local_world_size, eligible):
+    assert is_uds_eligible(tp_size, local_world_size) is eligible
+
+
+class _TimedEngine:
+    name = "stub"
+    timeout = 5.0
+    group = None
+
+    def broadcast(self, tensors, root, group):
+        raise AssertionError("unexpected")
+
+    def sync_communication(self):
+        raise AssertionError("unexpected")
+
+    def device_sync(self):
+        raise AssertionError("unexpected")
+
+
+class _IdleBroadcaster:
+    def initialize(self, *args, **kwargs):
+        raise AssertionError("bootstrap must refuse before initialize")
+
+    def broadcast(self, buffers, root=0):
+        raise AssertionError("unexpected")
+
+    def reset(self):
+        pass
+
+    def is_initialized(self):
+        return False
+
+
+def test_group_timeout_must_cover_the_bootstrap_budget():
+    dispatcher = CpuBroadcastDispatcher(_IdleBroadcaster(), _TimedEngine())
+    with pytest.raises(ConfigurationError, match=r"timeout 5 s must exceed .* = 6 s"):
+        bootstrap(
+            dispatcher,
+            tp_rank=0,
+            tp_size=2,
+            local_world_size=2,
+            base_path="/nonexistent/g",
+            config=_stack.FAST,
+        )
+
+
+@pytest.mark.parametrize(
+    ("tp_rank", "tp_size", "local_world_size"), [(2, 2, 2), (-1, 2, 2), (0, 0, 1), (0, 2, 0)]
+)
+def test_bad_layout_refused(tp_rank, tp_size, local_world_size):
+    with pytest.raises(ConfigurationError, match="invalid layout"):
+        bootstrap(
+            _IdleBroadcaster(),
+            tp_rank=tp_rank,
+            tp_size=tp_size,
+            local_world_size=local_world_size,
+            base_path="/nonexistent/g",
+        )
