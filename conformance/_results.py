@@ -1,0 +1,239 @@
+"""Verdicts as values: per check, per clause and per suite run, and how they aggregate.
+
+Pure data and pure functions, no pytest: the plugin turns test reports into
+:class:`CheckResult`, :func:`aggregate` folds them into one :class:`SuiteResult` against the
+clause registry, and the report writers (``_report.py``) only read these values.  Keeping the
+rules here, in one place and without pytest, makes them testable with synthetic results and
+reusable by any other runner.
+
+Aggregation per clause (also stated in SPEC.md, "Verdicts"): any FAIL -> FAIL; else any ERROR
+-> ERROR; else all UNSUPPORTED -> UNSUPPORTED; no checks -> NOT_TESTED; else PASS.  A check
+whose own verdict is NOT_TESTED (deselected, not run) counts as absent.
+
+Exit status: 1 iff a MUST clause is FAIL *or ERROR*, or a check cites an unknown clause id.
+An ERROR means the suite could not judge the clause; a green exit would then claim a MUST
+clause holds when nobody checked it, so a MUST ERROR fails the run too.  SHOULD and MAY
+results never change the exit status; NOT_TESTED does not either (a prefix selection
+deselects most clauses on purpose; "every MUST/SHOULD clause has a test" is the plugin's
+collection-time check).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Final
+
+from .spec import LEVELS, Clause, Spec
+
+__all__ = [
+    "EXIT_MUST_FAILED",
+    "EXIT_OK",
+    "CheckResult",
+    "ClauseResult",
+    "ImplementationInfo",
+    "SuiteResult",
+    "Verdict",
+    "aggregate",
+    "aggregate_verdict",
+    "exit_status",
+]
+
+EXIT_OK: Final = 0
+EXIT_MUST_FAILED: Final = 1
+
+
+class Verdict(enum.StrEnum):
+    """The verdict of a check or a clause (SPEC.md, "Verdicts")."""
+
+    PASS = "PASS"  # noqa: S105 - a verdict, not a password
+    FAIL = "FAIL"
+    UNSUPPORTED = "UNSUPPORTED"
+    ERROR = "ERROR"
+    NOT_TESTED = "NOT_TESTED"
+
+    @property
+    def is_failure(self) -> bool:
+        """FAIL and ERROR: the clause was not shown to hold."""
+        return self in (Verdict.FAIL, Verdict.ERROR)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one test (check) and the clauses it cites.
+
+    ``failing_rank`` is the first rank that failed (``None``: no rank failed, or the failure
+    was not a rank's).  ``details`` holds extra text fields for the reports (seed, replay
+    command, per-rank summaries); it is excluded from hashing.
+    """
+
+    test_id: str
+    clause_ids: tuple[str, ...]
+    verdict: Verdict
+    duration: float = 0.0
+    failing_rank: int | None = None
+    message: str = ""
+    details: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        # Accept the verdict's string form ("FAIL") from untyped callers, keep the enum.
+        object.__setattr__(self, "verdict", Verdict(self.verdict))
+        object.__setattr__(self, "clause_ids", tuple(c.upper() for c in self.clause_ids))
+
+
+@dataclass(frozen=True)
+class ClauseResult:
+    """One clause's verdict aggregated over the checks that cite it."""
+
+    clause: Clause
+    verdict: Verdict
+    checks: tuple[CheckResult, ...] = ()
+
+    @property
+    def duration(self) -> float:
+        """Total duration of the checks citing the clause."""
+        return sum(c.duration for c in self.checks)
+
+    @property
+    def deciding_check(self) -> CheckResult | None:
+        """The first check whose verdict equals the clause's (what the report shows)."""
+        return next((c for c in self.checks if c.verdict is self.verdict), None)
+
+    @property
+    def failing_rank(self) -> int | None:
+        check = self.deciding_check
+        return check.failing_rank if check is not None and self.verdict.is_failure else None
+
+    @property
+    def message(self) -> str:
+        """The deciding check's message for FAIL/ERROR/UNSUPPORTED, empty otherwise."""
+        if self.verdict in (Verdict.PASS, Verdict.NOT_TESTED):
+            return ""
+        check = self.deciding_check
+        return check.message if check is not None else ""
+
+    @property
+    def is_must_failure(self) -> bool:
+        return self.clause.level == "MUST" and self.verdict.is_failure
+
+
+@dataclass(frozen=True)
+class ImplementationInfo:
+    """Who was judged: the factory string, the reported name and version, its capabilities."""
+
+    spec: str = ""
+    name: str = "unknown"
+    version: str = ""
+    capabilities: frozenset[str] = frozenset()
+
+    @property
+    def label(self) -> str:
+        """``"name version"`` (or just the name), for headers and column titles."""
+        return f"{self.name} {self.version}".strip()
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """One suite run against one implementation: everything the reports need."""
+
+    implementation: ImplementationInfo
+    spec_label: str
+    clauses: tuple[ClauseResult, ...]
+    checks: tuple[CheckResult, ...] = ()
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    duration: float = 0.0
+    seed: int | None = None
+    unknown_clause_ids: tuple[str, ...] = ()
+
+    def clause(self, clause_id: str) -> ClauseResult:
+        for result in self.clauses:
+            if result.clause.id == clause_id.upper():
+                return result
+        raise KeyError(f"no result for clause {clause_id!r}")
+
+    def counts(self, level: str | None = None) -> dict[Verdict, int]:
+        """Clauses per verdict (every verdict present, zeros included), optionally one level."""
+        counts = dict.fromkeys(Verdict, 0)
+        for result in self.clauses:
+            if level is None or result.clause.level == level:
+                counts[result.verdict] += 1
+        return counts
+
+    def counts_by_level(self) -> dict[str, dict[Verdict, int]]:
+        return {level: self.counts(level) for level in LEVELS}
+
+    @property
+    def must_failures(self) -> tuple[ClauseResult, ...]:
+        return tuple(r for r in self.clauses if r.is_must_failure)
+
+    @property
+    def exit_status(self) -> int:
+        return exit_status(self)
+
+
+def aggregate_verdict(verdicts: Iterable[Verdict]) -> Verdict:
+    """Fold check verdicts into a clause verdict (rules in the module docstring)."""
+    present = [Verdict(v) for v in verdicts if Verdict(v) is not Verdict.NOT_TESTED]
+    if not present:
+        return Verdict.NOT_TESTED
+    if Verdict.FAIL in present:
+        return Verdict.FAIL
+    if Verdict.ERROR in present:
+        return Verdict.ERROR
+    if all(v is Verdict.UNSUPPORTED for v in present):
+        return Verdict.UNSUPPORTED
+    return Verdict.PASS
+
+
+def aggregate(
+    spec: Spec,
+    checks: Sequence[CheckResult],
+    *,
+    implementation: ImplementationInfo | None = None,
+    clauses: Iterable[Clause] | None = None,
+    started: datetime | None = None,
+    duration: float = 0.0,
+    seed: int | None = None,
+) -> SuiteResult:
+    """Build the suite result: one :class:`ClauseResult` per clause of ``clauses``.
+
+    ``clauses`` defaults to every clause of ``spec`` (pass ``spec.select(...)`` for a prefix
+    run, so that deselected clauses do not show up as NOT_TESTED).  A check citing an id that
+    is not in ``spec`` is recorded in ``unknown_clause_ids`` (and fails the exit status).
+    """
+    chosen = tuple(clauses) if clauses is not None else spec.clauses
+    by_clause: dict[str, list[CheckResult]] = {c.id: [] for c in chosen}
+    unknown: list[str] = []
+    for check in checks:
+        for cid in check.clause_ids:
+            if cid in by_clause:
+                by_clause[cid].append(check)
+            elif cid not in spec and cid not in unknown:
+                unknown.append(cid)
+    results = tuple(
+        ClauseResult(
+            clause=c,
+            verdict=aggregate_verdict(ch.verdict for ch in by_clause[c.id]),
+            checks=tuple(by_clause[c.id]),
+        )
+        for c in chosen
+    )
+    return SuiteResult(
+        implementation=implementation or ImplementationInfo(),
+        spec_label=spec.label,
+        clauses=results,
+        checks=tuple(checks),
+        started=started or datetime.now(UTC),
+        duration=duration,
+        seed=seed,
+        unknown_clause_ids=tuple(unknown),
+    )
+
+
+def exit_status(suite: SuiteResult) -> int:
+    """:data:`EXIT_MUST_FAILED` iff a MUST clause is FAIL or ERROR or a cited id is unknown."""
+    if suite.must_failures or suite.unknown_clause_ids:
+        return EXIT_MUST_FAILED
+    return EXIT_OK
