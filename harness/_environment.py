@@ -62,6 +62,8 @@ class PathProof:
     uid: int
     gid: int
     inode: int
+    ctime_ns: int
+    """With ``inode``, identifies the object: filesystems reuse a freed inode at once."""
     target: str | None = None
     """Symlink target, for ``symlink_at``."""
     created: bool = True
@@ -76,13 +78,17 @@ class PathProof:
         """True while the very object the fault created is still at ``path``.
 
         Lets a test check that an implementation refused the path and left the
-        object alone (same inode, same type), or replaced it (False).
+        object alone (same inode, change time and type), or replaced it (False).
         """
         try:
             st = os.lstat(self.path)
         except FileNotFoundError:
             return False
-        return st.st_ino == self.inode and stat.S_IFMT(st.st_mode) == stat.S_IFMT(self.mode)
+        return (
+            st.st_ino == self.inode
+            and st.st_ctime_ns == self.ctime_ns
+            and stat.S_IFMT(st.st_mode) == stat.S_IFMT(self.mode)
+        )
 
     def details(self) -> dict[str, object]:
         """A flat summary for ``RankContext.record(kind, **details)``."""
@@ -129,14 +135,16 @@ class BufferProof:
 def _proof(kind: str, path: str, *, created: bool = True) -> PathProof:
     st = os.lstat(path)
     target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
-    return PathProof(kind, path, st.st_mode, st.st_uid, st.st_gid, st.st_ino, target, created)
+    return PathProof(
+        kind, path, st.st_mode, st.st_uid, st.st_gid, st.st_ino, st.st_ctime_ns, target, created
+    )
 
 
 def _refuse_existing(kind: str, path: str) -> None:
     if os.path.lexists(path):
         raise FileExistsError(
             errno.EEXIST,
-            f"{kind}: something already exists at the path; refusing to replace it",
+            f"{kind}: something already exists at the path; not replacing it",
             path,
         )
 

@@ -61,6 +61,10 @@ class _Link:
         )
 
 
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_ino, st.st_ctime_ns)
+
+
 class _Root:
     """Listener plus accepted links; cleans up its socket file like a real rank 0."""
 
@@ -78,7 +82,8 @@ class _Root:
         self.buffer_size = buffer_size
         self.links: list[_Link] = []
         self.listener = listen(self.address, backlog, buffer_size=buffer_size)
-        self.inode = None if abstract else os.stat(self.address).st_ino
+        # (inode, ctime) identifies our socket file: a freed inode is reused at once.
+        self.identity = None if abstract else _identity(os.lstat(self.address))
         self.rec.act("bind", note=f"{self.rec.address} backlog={backlog}")
 
     def accept_all(self, count: int, deadline: Deadline) -> None:
@@ -150,13 +155,13 @@ class _Root:
             link.sock.close()
         self.listener.close()
         # Remove our socket file, but never one an implementation put there since.
-        if self.inode is not None:
+        if self.identity is not None:
             try:
                 st = os.lstat(self.address)
             except FileNotFoundError:
                 pass
             else:
-                if stat.S_ISSOCK(st.st_mode) and st.st_ino == self.inode:
+                if stat.S_ISSOCK(st.st_mode) and _identity(st) == self.identity:
                     os.unlink(self.address)
         self.rec.act("close", note=f"{len(self.links)} link(s) and the listener")
 
