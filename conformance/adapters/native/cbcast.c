@@ -143,29 +143,32 @@ static int wait_fd(int fd, short events, long long deadline, short *revents) {
 }
 
 /* Move exactly n bytes, looping over partial I/O and EINTR, under one
- * deadline.  Returns 0, 1 on EOF (reading), or -1 with errno set. */
+ * deadline.  The I/O is tried first and poll() runs only when the socket
+ * would block: polling before every chunk costs a syscall and a wake-up per
+ * socket-buffer's worth.  Returns 0, 1 on EOF (reading), or -1 with errno. */
 static int io_all(int fd, void *buf, size_t n, int writing, long long deadline, size_t *done) {
     char *p = buf;
+    short rev = 0;
     *done = 0;
     while (*done < n) {
-        short rev = 0;
-        if (wait_fd(fd, writing ? POLLOUT : POLLIN, deadline, &rev) != 0)
-            return -1;
         ssize_t k = writing ? send(fd, p + *done, n - *done, MSG_NOSIGNAL | MSG_DONTWAIT)
                             : recv(fd, p + *done, n - *done, MSG_DONTWAIT);
         if (k > 0) {
             *done += (size_t)k;
+            rev = 0;
         } else if (k == 0) {
             if (!writing)
                 return 1;
             errno = EPIPE;
             return -1;
-        } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-            if (rev & (POLLERR | POLLNVAL)) { /* never spin on a dead fd */
-                errno = EIO;
-                return -1;
-            }
-        } else {
+        } else if (errno == EINTR) {
+            continue;
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            return -1;
+        } else if (rev & (POLLERR | POLLNVAL)) { /* never spin on a dead fd */
+            errno = EIO;
+            return -1;
+        } else if (wait_fd(fd, writing ? POLLOUT : POLLIN, deadline, &rev) != 0) {
             return -1;
         }
     }
