@@ -357,6 +357,8 @@ class BootstrapDecision:
         ``1 < tp_size <= local_world_size``).
     :param attempted: this rank called ``initialize``.
     :param failed_ranks: ranks whose layout disagreed or whose initialize failed.
+    :param first_failed_rank: of those, the one whose initialize failed soonest
+        (usually the cause: the others tend to wait for it until a deadline).
     :param errors: ``(rank, "Type: message")`` for each of ``failed_ranks``.
     :param local_error: this rank's own error text, if it had one.
     """
@@ -369,6 +371,7 @@ class BootstrapDecision:
     attempted: bool
     reason: str
     failed_ranks: tuple[int, ...] = ()
+    first_failed_rank: int | None = None
     errors: tuple[tuple[int, str], ...] = ()
     local_error: str | None = None
     elapsed: float = 0.0
@@ -451,7 +454,7 @@ def _check_deadline_budget(target: Any, config: Any, tp_rank: int) -> None:
         )
 
 
-def _agree(status: int, detail: str, group: Any, tp_rank: int, step: str) -> Any:
+def _agree(status: int, detail: object, group: Any, tp_rank: int, step: str) -> Any:
     try:
         return all_gather_status(status, detail, group)
     except Exception as exc:
@@ -533,7 +536,7 @@ def bootstrap(
             path=DispatchPath.COLLECTIVE, eligible=False, attempted=False, reason=layout_note
         )
     if ineligible:
-        errors = tuple((rank, views[rank][1]) for rank in ineligible)
+        errors = tuple((rank, str(views[rank][1])) for rank in ineligible)
         reason = (
             f"layouts disagree: rank(s) {_ranks(ineligible)} of {tp_size} report "
             + "; ".join(f"rank {rank}: {text}" for rank, text in errors)
@@ -551,6 +554,7 @@ def bootstrap(
         )
 
     local_error: str | None = None
+    init_started = time.monotonic()
     try:
         if config is None:
             broadcaster.initialize(tp_rank, tp_size, base_path)
@@ -558,10 +562,9 @@ def bootstrap(
             broadcaster.initialize(tp_rank, tp_size, base_path, config=config)
     except Exception as exc:
         local_error = _describe(exc)
+    mine = (local_error or "", time.monotonic() - init_started)
     try:
-        outcomes = _agree(
-            STATUS_FAILED if local_error else STATUS_OK, local_error or "", group, tp_rank, "init"
-        )
+        outcomes = _agree(STATUS_FAILED if local_error else STATUS_OK, mine, group, tp_rank, "init")
     except BootstrapConsensusError:
         broadcaster.reset()
         raise
@@ -574,11 +577,18 @@ def bootstrap(
             reason=f"1 < tp_size {tp_size} <= local_world_size {local_world_size}: UDS is up",
         )
     broadcaster.reset()
-    errors = tuple((rank, outcomes[rank][1]) for rank in failed)
+    # the rank that failed first is usually the cause; the others mostly waited
+    # for it until their connect/init deadline
+    by_time = sorted(failed, key=lambda rank: (float(outcomes[rank][1][1]), rank))
+    first = by_time[0]
+    errors = tuple((rank, str(outcomes[rank][1][0])) for rank in failed)
     reason = (
-        f"UDS initialize failed on rank(s) {_ranks(failed)} of {tp_size} ("
-        + "; ".join(f"rank {rank}: {text}" for rank, text in errors)
-        + f"); all {tp_size} ranks reset the broadcaster and use the collective fallback"
+        f"UDS initialize failed on rank(s) {_ranks(failed)} of {tp_size}; first failure: "
+        + "; then ".join(
+            f"rank {rank} after {float(outcomes[rank][1][1]):.2f} s: {outcomes[rank][1][0]}"
+            for rank in by_time
+        )
+        + f"; all {tp_size} ranks reset the broadcaster and use the collective fallback"
     )
     _warn_fallback(f"tpbcast UDS bootstrap failed: {reason}")
     return decide(
@@ -587,6 +597,7 @@ def bootstrap(
         attempted=True,
         reason=reason,
         failed_ranks=failed,
+        first_failed_rank=first,
         errors=errors,
         local_error=local_error,
     )

@@ -412,11 +412,13 @@ def _normalise_device(device: str) -> str:
     )
 
 
-def all_gather_status(status: int, detail: str, group: Any = None) -> tuple[tuple[int, str], ...]:
+def all_gather_status(
+    status: int, detail: object, group: Any = None
+) -> tuple[tuple[int, Any], ...]:
     """Gather ``(status, detail)`` from every rank of ``group``, index = group rank.
 
     The status ints travel in one ``all_gather`` of an int64 tensor over the real
-    group; the detail strings travel (``all_gather_object``) only when some rank
+    group; the (picklable) details travel (``all_gather_object``) only when some rank
     reported a non-zero status, so the common all-OK case costs one collective.
     Every rank takes the same branch because every rank sees the same statuses.
     On an NCCL group the tensor lives on the current CUDA device.
@@ -433,10 +435,10 @@ def all_gather_status(status: int, detail: str, group: Any = None) -> tuple[tupl
     dist.all_gather(slots, mine, group=group)
     statuses = [int(slot.item()) for slot in slots]
     if not any(statuses):
-        return tuple((code, "") for code in statuses)
+        return tuple((code, None) for code in statuses)
     details: list[Any] = [None] * size
     dist.all_gather_object(details, detail, group=group)
-    return tuple((code, str(text or "")) for code, text in zip(statuses, details, strict=True))
+    return tuple(zip(statuses, details, strict=True))
 
 
 class EngineRecorder:

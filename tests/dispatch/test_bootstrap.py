@@ -57,6 +57,7 @@ def _init_failure_rank(ctx: RankContext) -> dict[str, object]:
             "path": str(decision.path),
             "attempted": decision.attempted,
             "failed": decision.failed_ranks,
+            "first": decision.first_failed_rank,
             "errors": dict(decision.errors),
             "local_error": decision.local_error,
             "warnings": texts,
@@ -81,7 +82,9 @@ def test_one_rank_init_failure_sends_every_rank_to_the_fallback():
         assert FAILING_RANK in res["failed"], res["failed"]
         assert res["errors"][FAILING_RANK] == fault, "every rank sees rank 2's own error"
         assert len(res["warnings"]) == 1, res["warnings"]
-        assert f"rank {FAILING_RANK}: ConfigurationError" in res["warnings"][0]
+        assert res["first"] == FAILING_RANK, "the cause is named first"
+        assert f"first failure: rank {FAILING_RANK} after " in res["warnings"][0]
+        assert f"s: {fault}" in res["warnings"][0]
         assert res["initialized"] is False
         assert res["socket_left"] is False
         assert res["fallback_ok"] is True
