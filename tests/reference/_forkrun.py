@@ -10,6 +10,7 @@ return into pytest.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
@@ -86,10 +87,8 @@ class Event:
 
     def close(self) -> None:
         for fd in (self.r, self.w):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
 
 def _child(write_fd: int, func: Callable[[], object]) -> None:

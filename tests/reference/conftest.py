@@ -10,7 +10,6 @@ from collections.abc import Iterator
 import pytest
 
 
-
 @pytest.fixture
 def short_dir() -> Iterator[str]:
     """A private 0700 directory with a short path (sun_path is 107 bytes)."""

@@ -14,7 +14,6 @@ import threading
 import time
 
 import pytest
-
 from tpbcast.reference_impl import (
     BroadcastTimeoutError,
     BrokenBroadcasterError,
@@ -53,9 +52,7 @@ def _root_expecting_failure(
     return main
 
 
-def _raw_peer(
-    base_path: str, data: bytes, *, hang_up: bool = False, hold: Event | None = None
-):
+def _raw_peer(base_path: str, data: bytes, *, hang_up: bool = False, hold: Event | None = None):
     """Connect, send ``data``; then hang up at once, or wait for rank 0 to close."""
 
     def main() -> bytes:
@@ -125,7 +122,10 @@ def test_rank0_rejects_duplicate_peer_rank(base_path: str) -> None:
 
 def test_truncated_handshake(base_path: str) -> None:
     root, peer = fork_all(
-        [_root_expecting_failure(base_path, 2), _raw_peer(base_path, pack_rank(1)[:2], hang_up=True)]
+        [
+            _root_expecting_failure(base_path, 2),
+            _raw_peer(base_path, pack_rank(1)[:2], hang_up=True),
+        ]
     )
     assert values([peer]) == [b""]
     err, fds_restored, clean = values([root])[0]

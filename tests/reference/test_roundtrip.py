@@ -6,7 +6,6 @@ import array
 import hashlib
 
 import pytest
-
 from tpbcast.reference_impl import CpuTpBroadcaster
 
 from ._forkrun import run_group, values
@@ -83,7 +82,12 @@ def test_numpy_arrays_contiguous_and_not(base_path: str) -> None:
         base = rng.integers(0, 255, (8, 10), dtype=np.uint8)
         src_bool = rng.integers(0, 2, 11).astype(bool)
         if rank == 0:
-            c, f, strided, flags = src_c.copy(), src_f.copy(order="F"), base.copy()[:, ::3], src_bool
+            c, f, strided, flags = (
+                src_c.copy(),
+                src_f.copy(order="F"),
+                base.copy()[:, ::3],
+                src_bool,
+            )
         else:
             c = np.zeros_like(src_c)
             f = np.asfortranarray(np.zeros_like(src_f))

@@ -8,7 +8,6 @@ import pickle
 import types
 
 import pytest
-
 import tpbcast.reference_impl as ref
 from tpbcast.reference_impl import (
     BroadcasterConfig,
@@ -218,16 +217,20 @@ def test_adapter_contract_members(base_path: str) -> None:
     adapter = make()
     assert adapter.name == "tpbcast-reference"
     assert isinstance(adapter.version, str) and adapter.version
-    assert set(adapter.capabilities) == set(CAPABILITIES) >= {
-        "deadlines",
-        "generation",
-        "abstract_namespace",
-        "tensors",
-        "multi_buffer",
-        "peer_credentials",
-        "secure_dir",
-        "error_details",
-    }
+    assert (
+        set(adapter.capabilities)
+        == set(CAPABILITIES)
+        >= {
+            "deadlines",
+            "generation",
+            "abstract_namespace",
+            "tensors",
+            "multi_buffer",
+            "peer_credentials",
+            "secure_dir",
+            "error_details",
+        }
+    )
     adapter.set_deadlines(connect=1.5, init=2.5, io=math.inf)
     assert (adapter.config.connect_timeout, adapter.config.init_timeout) == (1.5, 2.5)
     assert adapter.config.io_timeout is None
@@ -276,8 +279,6 @@ def test_forked_child_forgets_inherited_state(base_path: str) -> None:
         data = bytearray(b"ok" if rank == 0 else 2)
         b.broadcast(data)  # the parent's link still works after the child left
         b.reset()
-        return (path_still_there or rank != 0) and data == b"ok", os.waitstatus_to_exitcode(
-            status
-        )
+        return (path_still_there or rank != 0) and data == b"ok", os.waitstatus_to_exitcode(status)
 
     assert values(run_group(rank_main, 2)) == [(True, 0), (True, 0)]
