@@ -37,7 +37,7 @@ from ._rogue_peer import (
     peer_stall_mid_payload,
     peer_truncated_handshake,
 )
-from ._rogue_report import GARBAGE_HANDSHAKE, Action, LinkReport, RogueError, RogueReport
+from ._rogue_report import GARBAGE_HANDSHAKE, LinkReport, RogueAction, RogueError, RogueReport
 from ._rogue_root import (
     root_dies_mid_broadcast,
     root_never_accepts,
@@ -50,8 +50,8 @@ __all__ = [
     "GARBAGE_HANDSHAKE",
     "PEER_BEHAVIOURS",
     "ROOT_BEHAVIOURS",
-    "Action",
     "LinkReport",
+    "RogueAction",
     "RogueError",
     "RogueReport",
     "RogueTarget",

@@ -23,7 +23,7 @@ Then = Literal["close", "half_close", "stall"]
 
 
 @dataclass(frozen=True)
-class Action:
+class RogueAction:
     """One thing a rogue did or saw, ``t`` seconds after it started."""
 
     t: float
@@ -59,7 +59,7 @@ class RogueReport:
     role: Literal["peer", "root"]
     behaviour: str
     address: str
-    actions: tuple[Action, ...]
+    actions: tuple[RogueAction, ...]
     sent: bytes
     """Peer: every byte sent.  Root: every byte sent, all links, in wire order."""
     received: bytes
@@ -124,13 +124,13 @@ class _Recorder:
         self.behaviour = behaviour
         self.address = describe_address(address)
         self.start = time.monotonic()
-        self.actions: list[Action] = []
+        self.actions: list[RogueAction] = []
         self.sent = bytearray()
         self.received = bytearray()
         self.buffers: tuple[int, int] | None = None
 
     def act(self, kind: str, nbytes: int = 0, data: bytes = b"", note: str = "") -> None:
-        self.actions.append(Action(self.elapsed(), kind, nbytes, data[:64], note))
+        self.actions.append(RogueAction(self.elapsed(), kind, nbytes, data[:64], note))
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start

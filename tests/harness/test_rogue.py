@@ -529,3 +529,30 @@ def test_reports_and_errors_pickle(base):
     err = r.RogueError("boom", peer)
     back = pickle.loads(pickle.dumps(err))
     assert str(back) == "boom" and back.report == peer
+
+
+def _rogue_group(ctx):
+    if ctx.rank == 0:
+        return r.rogue_root("recording", payloads=[b"abc", b"de"], observe=JOIN)(ctx)
+    return r.rogue_peer("read_payload", rank=ctx.rank, nbytes=5)(ctx)
+
+
+def test_rogues_as_forked_rank_targets():
+    from tpbcast.harness import run_ranks
+
+    result = run_ranks(_rogue_group, 3, timeout=JOIN)
+    result.raise_for_failure()
+    root = result.outcomes[0].value
+    assert root.sent == b"ZZabcabcdede"
+    for rank in (1, 2):
+        outcome = result.outcomes[rank]
+        assert outcome.value.received == b"Zabcde"
+        assert [f.action for f in outcome.faults] == ["rogue_peer"]
+        assert "bytes_sent=4" in outcome.faults[0].detail
+    assert [f.action for f in result.outcomes[0].faults] == ["rogue_root"]
+    assert {link.credentials.pid for link in root.links} == {
+        result.outcomes[1].pid,
+        result.outcomes[2].pid,
+    }
+    assert not result.survivors
+    assert not result.leftover_files
