@@ -14,7 +14,7 @@ import pickle
 import struct
 from dataclasses import dataclass
 
-__all__ = ["Record", "RecordWriter", "read_records"]
+__all__ = ["Record", "RecordWriter", "read_all", "read_records"]
 
 _LEN = struct.Struct("<I")
 
@@ -36,20 +36,31 @@ class RecordWriter:
     def write(self, kind: str, payload: object) -> None:
         """Pickle and append; raises ``pickle.PicklingError``/``TypeError`` for bad payloads
         *before* writing anything, so a failed record never corrupts the channel."""
-        body = pickle.dumps(Record(kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        body = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(_LEN.pack(len(body)) + body)
         while view:
             written = os.write(self.fd, view)
             view = view[written:]
 
 
+def read_all(fd: int) -> bytes:
+    """Read an fd to EOF with raw ``os.read`` calls (no buffered file object)."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def read_records(path: str) -> list[Record]:
     """All complete records in ``path`` (missing file = no records)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return []
+    try:
+        data = read_all(fd)
+    finally:
+        os.close(fd)
     records: list[Record] = []
     offset = 0
     while offset + _LEN.size <= len(data):
@@ -58,10 +69,9 @@ def read_records(path: str) -> list[Record]:
         if start + length > len(data):
             break  # the rank died mid-write: drop the torn tail
         try:
-            record = pickle.loads(data[start : start + length])  # noqa: S301 - our own ranks
+            kind, payload = pickle.loads(data[start : start + length])  # noqa: S301 - our ranks
+            records.append(Record(str(kind), payload))
         except Exception as exc:  # noqa: BLE001 - an unloadable value is reported, not fatal
-            record = Record("unloadable", f"{type(exc).__name__}: {exc}")
-        if isinstance(record, Record):
-            records.append(record)
+            records.append(Record("unloadable", f"{type(exc).__name__}: {exc}"))
         offset = start + length
     return records

@@ -105,11 +105,17 @@ class MeshEnd:
         self.ended: set[int] = set()
         self.messages: list[tuple[str, int, str]] = []  # (kind, sender, name), drained
         self._buf = b""
-        self._poll = select.poll()
-        self._poll.register(inbox, select.POLLIN)
+        self._poller: select.poll | None = None  # built on first use: most ranks never sync
         self._fd_rank = {fd: j for j, fd in life_r.items()}
-        for fd in life_r.values():
-            self._poll.register(fd, select.POLLIN)
+
+    @property
+    def _poll(self) -> select.poll:
+        if self._poller is None:
+            self._poller = select.poll()
+            self._poller.register(self.inbox, select.POLLIN)
+            for fd in self.life_r.values():
+                self._poller.register(fd, select.POLLIN)
+        return self._poller
 
     @staticmethod
     def check_name(name: str) -> bytes:

@@ -14,10 +14,12 @@ import os
 import signal
 import sys
 from functools import cache
+from typing import Any
 
 __all__ = [
     "PR_SET_PDEATHSIG_KILL",
     "describe_fd",
+    "devnull_fd",
     "group_alive",
     "killpg_quiet",
     "list_group_members",
@@ -31,13 +33,26 @@ PR_SET_PDEATHSIG_KILL = int(signal.SIGKILL)
 
 
 @cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+def _prctl() -> Any:
+    """libc's ``prctl`` with its signature bound once (in the parent, before fork), so the
+    call in a fresh rank does as little work as possible: every page a forked child writes
+    is a copy-on-write fault, and those dominate the cost of a rank."""
+    fn = ctypes.CDLL(None, use_errno=True).prctl
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+@cache
+def devnull_fd() -> int:
+    """One read-only ``/dev/null`` fd (CLOEXEC) for the ranks' stdin, opened once."""
+    return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
 
 
 def preload() -> None:
-    """Resolve libc in the parent so a forked rank does no dlopen work."""
-    _libc()
+    """Do in the parent, once, what every rank would otherwise repeat after fork."""
+    _prctl()
+    devnull_fd()
 
 
 def set_pdeathsig(sig: int) -> None:
@@ -46,7 +61,7 @@ def set_pdeathsig(sig: int) -> None:
     Caveat (documented in prctl(2)): "parent" is the *thread* that forked us; run_ranks
     must be called from a thread that outlives the group (the main thread, in practice).
     """
-    if _libc().prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+    if _prctl()(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl(PR_SET_PDEATHSIG) failed: {errno.errorcode.get(err, err)}")
 

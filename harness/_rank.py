@@ -7,22 +7,27 @@ including a bug in this module, ends in ``os._exit``. Order matters and is comme
 from __future__ import annotations
 
 import faulthandler
-import io
 import os
 import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import IO
 
 from ._channel import RecordWriter
 from ._context import RankContext
 from ._faults import PlannedFault
 from ._forksafety import make_rank_torch_safe
 from ._mesh import Mesh
-from ._proc import PR_SET_PDEATHSIG_KILL, describe_fd, open_fds, save_coverage, set_pdeathsig
+from ._proc import (
+    PR_SET_PDEATHSIG_KILL,
+    describe_fd,
+    devnull_fd,
+    open_fds,
+    save_coverage,
+    set_pdeathsig,
+)
 
 __all__ = ["RankSpec", "rank_main"]
 
@@ -44,7 +49,8 @@ class RankSpec:
     start: float
     deadline: float
     timeout: float
-    sigpipe: str
+    reset_signals: tuple[int, ...]
+    reset_wakeup_fd: bool
     check_fds: bool
     faults: Mapping[str, tuple[PlannedFault, ...]]
 
@@ -53,13 +59,61 @@ def _open_w(path: str) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
 
-def _text_stream(fd: int) -> IO[str]:
-    """Unbuffered text on ``fd``: every write reaches the file before the next statement,
-    so output survives a SIGKILL."""
-    raw = io.FileIO(fd, "w", closefd=False)
-    return io.TextIOWrapper(
-        raw, encoding="utf-8", errors="backslashreplace", line_buffering=True, write_through=True
-    )
+class _FdBytes:
+    """``sys.stdout.buffer`` of :class:`_FdText`: bytes straight to the fd."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+class _FdText(_FdBytes):
+    """A minimal unbuffered text stream on an fd, used as ``sys.stdout``/``sys.stderr`` in
+    ranks: every write reaches the capture file at once (survives SIGKILL), and it is far
+    cheaper to create in a fresh fork than ``io.TextIOWrapper`` (codec lookup, buffers:
+    each page a forked child touches costs a copy-on-write fault)."""
+
+    encoding = "utf-8"
+    errors = "backslashreplace"
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(fd)
+        self.buffer = _FdBytes(fd)
+
+    def write(self, text: str) -> int:  # type: ignore[override]
+        super().write(text.encode("utf-8", "backslashreplace"))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    @property
+    def closed(self) -> bool:
+        return False
 
 
 def _exc_type_name(exc: BaseException) -> str:
@@ -95,33 +149,26 @@ def _run(
     set_pdeathsig(PR_SET_PDEATHSIG_KILL)
     if os.getppid() != spec.parent_pid:
         return EXIT_ORPHANED
-    # 3. Signals: the parent may be pytest with handlers of its own.
-    if spec.sigpipe != "inherit":
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGUSR2, signal.SIGALRM):
+    # 3. Signals: the parent (pytest, a plugin) may have handlers of its own; the runner
+    #    computed which ones to reset before fork (SIGPIPE back to SIG_DFL by default).
+    for sig in spec.reset_signals:
         signal.signal(sig, signal.SIG_DFL)
-    if "coverage" not in sys.modules:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # coverage's handler saves data; keep it
-    try:
+    if spec.reset_wakeup_fd:
         signal.set_wakeup_fd(-1)
-    except ValueError:  # pragma: no cover - not the main thread
-        pass
     # 4. Capture at the fd level into files: survives SIGKILL and C-level writes.
     out, err, res, stk = (_open_w(spec.files[k]) for k in ("out", "err", "res", "stk"))
-    devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    os.dup2(devnull, 0)
+    os.dup2(devnull_fd(), 0)
     os.dup2(out, 1)
     os.dup2(err, 2)
-    for fd in (devnull, out, err):
-        os.close(fd)
+    os.close(out)
+    os.close(err)
     sys.stdin = None  # type: ignore[assignment]
-    sys.stdout = _text_stream(1)
-    sys.stderr = _text_stream(2)
+    sys.stdout = sys.__stdout__ = _FdText(1)  # type: ignore[assignment]
+    sys.stderr = sys.__stderr__ = _FdText(2)  # type: ignore[assignment]
     # 5. Stack dumps: SIGUSR1 -> every thread's Python stack into the stk file (the runner
     #    sends it to hung ranks); crashes (SIGSEGV, SIGABRT, ...) -> stack on stderr.
-    stack_file = os.fdopen(stk, "w", closefd=True)
-    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True, chain=False)
-    faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=stk, all_threads=True, chain=False)
+    faulthandler.enable(file=2, all_threads=True)
     # 6. The torch fork hazard (see _forksafety).
     make_rank_torch_safe()
     # 7. The target, with the fd snapshot around it when asked.

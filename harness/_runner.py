@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ._channel import read_records
+from ._channel import Record, read_all, read_records
 from ._faults import FaultPlan
 from ._forksafety import check_fork_safety
 from ._mesh import Mesh
@@ -53,6 +53,7 @@ class _Rank:
     ended_at: float | None = None
     killed_by_harness: bool = False
     note: str = ""
+    records: list[Record] | None = None
 
 
 def _resolve_seed(seed: int | None, faults: FaultPlan | None) -> int:
@@ -85,6 +86,41 @@ def _validate(
         raise ValueError(f"run_ranks: timeout must be > 0 seconds, got {timeout!r}")
     if sigpipe not in ("default", "inherit"):
         raise ValueError(f"run_ranks: sigpipe must be 'default' or 'inherit', got {sigpipe!r}")
+
+
+def _signals_to_reset(sigpipe: str) -> tuple[tuple[int, ...], bool]:
+    """Which dispositions a rank must reset (decided once here, not in every rank).
+
+    SIGPIPE goes back to SIG_DFL unless ``sigpipe="inherit"``: Python ignores it, a C++
+    engine does not, and a broadcaster that writes without MSG_NOSIGNAL must die visibly.
+    Handlers that the parent's plugins installed (pytest-timeout's SIGALRM, a SIGCHLD
+    reaper, ...) must not run in a rank. Coverage's SIGTERM handler is kept: it saves the
+    rank's data when the harness terminates a hung rank.
+    """
+    reset = []
+    if sigpipe != "inherit" and signal.getsignal(signal.SIGPIPE) != signal.SIG_DFL:
+        reset.append(signal.SIGPIPE)
+    for sig in (signal.SIGCHLD, signal.SIGALRM, signal.SIGUSR2, signal.SIGHUP, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if handler in (None, signal.SIG_DFL):
+            continue
+        if sig == signal.SIGTERM and _is_coverage_handler(handler):
+            continue
+        reset.append(sig)
+    wakeup = False
+    try:
+        old = signal.set_wakeup_fd(-1)
+        if old != -1:
+            signal.set_wakeup_fd(old)
+            wakeup = True
+    except ValueError:
+        pass  # not the main thread: no wakeup fd can be set from here anyway
+    return tuple(reset), wakeup
+
+
+def _is_coverage_handler(handler: object) -> bool:
+    return "coverage" in str(getattr(handler, "__module__", "") or getattr(
+        getattr(handler, "__self__", None), "__module__", ""))
 
 
 def _fork(spec: RankSpec, mesh: Mesh, target: Callable[..., object], args: tuple[object, ...]) -> int:
@@ -134,6 +170,7 @@ def run_ranks(
     check_fork_safety()
     preload()
     group_seed = _resolve_seed(seed, faults)
+    reset_signals, reset_wakeup = _signals_to_reset(sigpipe)
     wd = Workdir.open(workdir)
     mesh: Mesh | None = None
     ranks: list[_Rank] = []
@@ -160,7 +197,8 @@ def run_ranks(
                 start=start,
                 deadline=deadline,
                 timeout=timeout,
-                sigpipe=sigpipe,
+                reset_signals=reset_signals,
+                reset_wakeup_fd=reset_wakeup,
                 check_fds=check_fds,
                 faults=faults.for_rank(r) if faults is not None else {},
             )
@@ -179,7 +217,7 @@ def run_ranks(
     survivors = _survivors(ranks)
     outcomes = tuple(_outcome(r, wd) for r in ranks)
     leftovers = wd.leftovers()
-    wd.remove()
+    wd.remove(clean=not leftovers and not survivors)
     return GroupResult(
         outcomes=outcomes,
         duration=time.monotonic() - start,
@@ -193,12 +231,11 @@ def run_ranks(
     )
 
 
-def _failed(status: int, res_path: str) -> bool:
+def _failed(status: int, records: list[Record]) -> bool:
     """Did a rank that just ended fail (for fail-fast)? Exit 0 without a record does not
     count (it is reported as EXITED, but it is not a crash that strands the others)."""
     if os.WIFSIGNALED(status):
         return True
-    records = read_records(res_path)
     if any(rec.kind == "raised" for rec in records):
         return True
     if any(rec.kind == "ok" for rec in records):
@@ -225,7 +262,8 @@ def _supervise(
         for pid, status in reaper.wait(deadline):
             rank = by_pid[pid]
             rank.status, rank.ended_at = status, reaper.reaped_at[pid]
-            if _failed(status, wd.file(rank.rank, "res")):
+            rank.records = read_records(wd.file(rank.rank, "res"))
+            if _failed(status, rank.records):
                 failure_order.append(rank.rank)
                 if fail_fast:
                     cut = time.monotonic() + fail_fast_grace
@@ -333,14 +371,17 @@ def _survivors(ranks: list[_Rank]) -> tuple[int, ...]:
 
 def _read_text(path: str) -> str:
     try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", errors="backslashreplace")
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return ""
+    try:
+        return read_all(fd).decode("utf-8", errors="backslashreplace")
+    finally:
+        os.close(fd)
 
 
 def _outcome(r: _Rank, wd: Workdir) -> RankOutcome:
-    records = read_records(wd.file(r.rank, "res"))
+    records = r.records if r.records is not None else read_records(wd.file(r.rank, "res"))
     faults = tuple(rec.payload for rec in records if rec.kind == "fault")
     fault_records = tuple(f for f in faults if isinstance(f, FaultRecord))
     leaked: tuple[str, ...] = ()
