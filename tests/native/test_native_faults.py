@@ -6,6 +6,7 @@ process is gone, the file is there), then judges the reaction.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -314,3 +315,53 @@ def test_root_refuses_to_replace_a_non_socket(kind, base_path, short_dir):
     assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
     with open(target) as f:
         assert f.read() == "keep me"
+
+
+# -- fd hygiene ----------------------------------------------------------------------
+
+
+def _socket_fds():
+    out = {}
+    for fd in _ranks.open_fds():
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            out[fd] = target
+    return out
+
+
+def test_every_socket_is_cloexec_and_a_failed_init_leaks_none(base_path):
+    def rank(r):
+        before = _socket_fds()
+        b = _ranks.native()
+        b.initialize(r, 2, base_path)
+        mine = {fd: fcntl.fcntl(fd, fcntl.F_GETFD) for fd in _socket_fds() if fd not in before}
+        b.reset()
+        after_reset = set(_socket_fds()) - set(before)
+        failed = _init_error(r, 2, f"{base_path}-alone{r}", connect=0.2, init=0.2)
+        after_failure = set(_socket_fds()) - set(before)
+        return mine, after_reset, failed["type"], after_failure
+
+    (root_fds, *root_rest), (peer_fds, *peer_rest) = values(
+        run_forked([lambda: rank(0), lambda: rank(1)])
+    )
+    assert len(root_fds) == 2 and len(peer_fds) == 1, (root_fds, peer_fds)  # listener + link
+    assert all(flags & fcntl.FD_CLOEXEC for flags in [*root_fds.values(), *peer_fds.values()])
+    assert root_rest == [set(), "NativeTimeoutError", set()]
+    assert peer_rest == [set(), "NativeTimeoutError", set()]
+
+
+def test_control_a_plain_send_to_a_dead_peer_is_killed_by_sigpipe():
+    """Shows the SIGPIPE tests above can fail: without MSG_NOSIGNAL the process dies."""
+
+    def body():
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        a, b = socket.socketpair()
+        b.close()
+        a.send(b"x" * 65536)  # Python's send has no MSG_NOSIGNAL
+        return "survived"
+
+    [out] = run_forked([body])
+    assert out.status == "signaled" and out.signal == signal.SIGPIPE, out.describe()
