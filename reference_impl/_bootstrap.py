@@ -289,6 +289,7 @@ def _connect(rank: int, path: str, config: BroadcasterConfig, *, abstract: bool)
                 rank=rank,
                 peer=0,
                 phase="connect",
+                action="connect to rank 0",
                 elapsed=deadline.elapsed(),
                 path=label,
                 errno_name=errno_name(code),
@@ -299,6 +300,7 @@ def _connect(rank: int, path: str, config: BroadcasterConfig, *, abstract: bool)
                 rank=rank,
                 peer=0,
                 phase="connect",
+                action="connect to rank 0",
                 elapsed=deadline.elapsed(),
                 path=label,
                 errno_name=errno_name(code),
@@ -311,6 +313,7 @@ def _connect(rank: int, path: str, config: BroadcasterConfig, *, abstract: bool)
                 rank=rank,
                 peer=0,
                 phase="connect",
+                action="connect to rank 0",
                 elapsed=deadline.elapsed(),
                 path=label,
                 errno_name=errno_name(code),
@@ -335,6 +338,7 @@ def bootstrap_peer(
                 rank=rank,
                 peer=0,
                 phase="connect",
+                action="connect to rank 0",
                 path=label,
             )
         send_all(

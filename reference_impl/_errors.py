@@ -103,16 +103,19 @@ class BroadcastError(Exception):
 
     def _compose(self) -> str:
         head = f"rank {self.rank}: " if self.rank is not None else ""
-        what = f"{self.action} failed" if self.action else ""
+        parts: list[str] = []
+        if self.action:
+            parts.append(f"{self.action} failed")
         if self.phase:
-            what += f" in phase '{self.phase}'" if what else f"phase '{self.phase}'"
-        details: list[str] = []
+            parts.append(f"in phase '{self.phase}'")
         if self.bytes_done is not None and self.bytes_total is not None:
-            details.append(f"after {self.bytes_done}/{self.bytes_total} bytes")
-        if self.elapsed is not None:
-            details.append(f"{self.elapsed:.2f} s")
-        if details:
-            what += (" " if what else "") + ", ".join(details)
+            progress = f"after {self.bytes_done}/{self.bytes_total} bytes"
+            if self.elapsed is not None:
+                progress += f", {self.elapsed:.2f} s"
+            parts.append(progress)
+        elif self.elapsed is not None:
+            parts.append(f"after {self.elapsed:.2f} s")
+        what = " ".join(parts)
         text = f"{head}{what}: {self.reason}" if what else f"{head}{self.reason}"
         if self.errno_name:
             text += f" ({self.errno_name})"

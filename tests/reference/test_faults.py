@@ -434,3 +434,65 @@ def test_io_deadline_on_a_peer(base_path: str) -> None:
     assert ok
     assert err.peer == 0 and err.rank == 1 and err.bytes_done == 0
     assert err.bytes_total == 16 * MiB and "read from rank 0" in str(err)
+
+
+def test_signal_storm_during_broadcast_is_harmless(base_path: str) -> None:
+    """EINTR everywhere: a 1 ms interval timer interrupts every blocking call."""
+
+    def rank_main(rank: int) -> tuple[int, bool]:
+        hits = [0]
+
+        def on_alarm(_sig: int, _frame: object) -> None:
+            hits[0] += 1
+
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)
+        try:
+            b = CpuTpBroadcaster(fast_config())
+            b.initialize(rank, 3, base_path)
+            expected = bytes(range(256)) * (32 * 1024)  # 8 MiB
+            for _ in range(3):
+                buf = bytearray(expected) if rank == 0 else bytearray(len(expected))
+                b.broadcast(buf)
+                assert buf == expected
+            b.reset()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        return hits[0], True
+
+    results = values(fork_all([lambda r=r: rank_main(r) for r in range(3)]))
+    assert all(ok for _, ok in results)
+    assert sum(h for h, _ in results) > 0  # the signals really arrived
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a peer of another uid needs setuid (root)")
+def test_permission_denied_on_connect_fails_fast(base_path: str) -> None:
+    """EACCES does not heal by waiting: no 120 s of retries (upstream retries it)."""
+    ready = Event()
+    done = Event()
+
+    def root() -> bool:
+        listener = raw_listen(base_path + "_0.sock", 1)  # in our 0700 dir, as root
+        ready.notify()
+        done.wait()
+        listener.close()
+        return True
+
+    def peer() -> tuple[str, float]:
+        ready.wait()
+        os.setgid(65534)
+        os.setuid(65534)
+        b = CpuTpBroadcaster(fast_config(connect_timeout=30.0))
+        start = time.monotonic()
+        try:
+            b.initialize(1, 2, base_path)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}", time.monotonic() - start
+        finally:
+            done.notify()
+        return "joined", 0.0
+
+    ok, (text, took) = values(fork_all([root, peer]))
+    assert ok
+    assert text.startswith("SecurityError") and "(EACCES)" in text
+    assert took < 5.0

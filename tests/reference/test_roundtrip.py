@@ -6,7 +6,7 @@ import array
 import hashlib
 
 import pytest
-from tpbcast.reference_impl import CpuTpBroadcaster
+from tpbcast.reference_impl import ConfigurationError, CpuTpBroadcaster
 
 from ._forkrun import run_group, values
 from ._helpers import fast_config, payload
@@ -142,6 +142,12 @@ def test_torch_tensors_contiguous_and_not(base_path: str) -> None:
         assert torch.equal(grad.detach(), src)
         if rank:
             assert not backing[:, 1::2].any()
+        with pytest.raises(ConfigurationError, match="device 'meta'"):
+            b.broadcast(torch.empty(3, device="meta"))  # not a CPU tensor
+        with pytest.raises(ConfigurationError, match="layout"):
+            b.broadcast(torch.zeros(2, 2).to_sparse())
+        b.broadcast(contiguous)  # refused calls sent nothing: still in sync
+        assert torch.equal(contiguous, src)
         b.reset()
         return True
 

@@ -282,3 +282,53 @@ def test_forked_child_forgets_inherited_state(base_path: str) -> None:
         return (path_still_there or rank != 0) and data == b"ok", os.waitstatus_to_exitcode(status)
 
     assert values(run_group(rank_main, 2)) == [(True, 0), (True, 0)]
+
+
+def test_reinit_rules_in_a_group(short_dir: str) -> None:
+    base_a = os.path.join(short_dir, "a")
+    base_b = os.path.join(short_dir, "b")
+
+    def rank_main(rank: int) -> list[bytes]:
+        b = CpuTpBroadcaster(fast_config())
+        got = []
+        for base in (base_a, base_a, base_b):  # same path again, then a new one
+            b.initialize(rank, 2, base)
+            b.initialize(rank, 2, base)  # identical: a no-op, also at TP=2
+            with pytest.raises(ReinitMismatchError):
+                b.initialize(rank, 3, base)
+            buf = bytearray(base[-1].encode() if rank == 0 else 1)
+            b.broadcast(buf)
+            got.append(bytes(buf))
+            b.reset()
+        assert b.generation == 3
+        return got
+
+    assert values(run_group(rank_main, 2)) == [[b"a", b"a", b"b"]] * 2
+
+
+def test_unusable_buffers_are_refused_without_breaking_the_stream(base_path: str) -> None:
+    pytest.importorskip("numpy")
+
+    def rank_main(rank: int) -> bytes:
+        import numpy as np
+
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(rank, 2, base_path)
+        frozen = np.zeros(4, np.uint8)
+        frozen.flags.writeable = False
+        bad: list[object] = ["text", np.array([object()]), [bytearray(1), 3]]
+        if rank:
+            bad += [b"bytes", memoryview(b"ro"), frozen]
+        for obj in bad:
+            with pytest.raises(ConfigurationError):
+                b.broadcast(obj)
+        assert not b.statistics().broken
+        if rank:
+            with pytest.raises(ConfigurationError, match="read-only"):
+                b.broadcast(b"xy")
+        buf = bytearray(b"fine" if rank == 0 else 4)
+        b.broadcast(buf)  # nothing was sent by the refused calls: still in sync
+        b.reset()
+        return bytes(buf)
+
+    assert values(run_group(rank_main, 2)) == [b"fine", b"fine"]
