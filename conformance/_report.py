@@ -87,10 +87,10 @@ class ReportRow:
         return any(r is not None and r.verdict.is_failure for r in self.results)
 
     @property
-    def order(self) -> tuple[int, int, int]:
+    def order(self) -> tuple[int, int, int, int]:
         """MUST failures first, then other failures, then the rest; by clause number."""
         rank = 0 if self.is_must_failure else 1 if self.is_failure else 2
-        return (rank, LEVELS.index(self.clause.level), self.clause.number)
+        return (rank, LEVELS.index(self.clause.level), *self.clause.sort_key)
 
 
 @dataclass(frozen=True)
@@ -395,10 +395,14 @@ def _md_table(columns: Sequence[Column], rows: Sequence[ReportRow]) -> list[str]
 
 
 def render_report_markdown(
-    suites: SuiteResult | Sequence[SuiteResult], columns: Sequence[Column] | None = None
+    suites: SuiteResult | Sequence[SuiteResult],
+    columns: Sequence[Column] | None = None,
+    *,
+    spec: Spec | None = None,
 ) -> str:
     """The markdown report: header, summary per level, MUST failures, a table per area."""
     runs = _as_runs(suites)
+    areas = {a.id: a for a in (spec or default_spec()).areas}
     cols = list(columns) if columns is not None else default_columns(runs)
     rows = _rows(runs)
     out = ["# tpbcast conformance report", ""]
@@ -424,7 +428,9 @@ def render_report_markdown(
         out += ["## Failures (MUST first)", "", *_md_table(cols, failures), ""]
     for area in _areas_in(rows):
         area_rows = sorted((r for r in rows if r.clause.area == area), key=lambda r: r.order)
-        out += [f"## {area}", "", *_md_table(cols, area_rows), ""]
+        info = areas.get(area)
+        heading = f"{area}: {info.title}" if info else area
+        out += [f"## {heading}", "", *_md_table(cols, area_rows), ""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 
@@ -454,7 +460,7 @@ a { color: #0969da; text-decoration: none; } a:hover { text-decoration: underlin
 .headline.bad { background: #ffebe9; color: #a40e26; border: 1px solid #ff8182; }
 .runs { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
 .run { border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px;
-  min-width: 420px; }
+  flex: 1 1 380px; max-width: 640px; }
 .run h3 { margin: 0 0 6px; font-size: 16px; }
 dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px;
   margin: 0 0 10px; }
@@ -491,6 +497,7 @@ pre { white-space: pre-wrap; word-break: break-word; margin: 4px 0 0; font-size:
 .v-unsupported { background: #eaeef2; color: #424a53; border-color: #afb8c1; }
 .v-not_tested { background: #fff; color: #6e7781; border: 1px dashed #afb8c1; }
 ul.checks .badge { min-width: 0; font-size: 11px; }
+table.counts .badge { min-width: 0; }
 .lvl { display: inline-block; font-size: 11px; font-weight: 700; padding: 0 6px;
   border-radius: 4px; }
 .lvl-must { background: #1f2328; color: #fff; } .lvl-should { background: #59636e;
@@ -654,7 +661,7 @@ def write_reports(
     files.json.write_text(
         json.dumps(json_document(suites), indent=2, sort_keys=False) + "\n", encoding="utf-8"
     )
-    files.markdown.write_text(render_report_markdown(suites, columns), encoding="utf-8")
+    files.markdown.write_text(render_report_markdown(suites, columns, spec=spec), encoding="utf-8")
     files.html.write_text(render_html(suites, columns, spec=spec), encoding="utf-8")
     files.spec.write_text(render_markdown(spec), encoding="utf-8")
     return files
