@@ -91,6 +91,81 @@ def test_one_rank_init_failure_sends_every_rank_to_the_fallback():
         assert [e[0] for e in res["events"]] == ["collective", "sync_communication", "device_sync"]
 
 
+class _FaultAfterHandshake:
+    """The real broadcaster, but ``initialize`` raises AFTER the wire bootstrap succeeded.
+
+    The other ranks' initialize then succeeds too, so only the consensus can keep
+    them off the UDS path: the case where "some on UDS, some on the collective"
+    would otherwise happen.
+    """
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.wire_up = False
+
+    def initialize(self, rank, world_size, base_path, **kwargs):
+        self.inner.initialize(rank, world_size, base_path, **kwargs)
+        self.wire_up = self.inner.is_initialized()
+        raise RuntimeError(f"injected fault on rank {rank} after a successful handshake")
+
+    def broadcast(self, buffers, root=0):
+        return self.inner.broadcast(buffers, root)
+
+    def reset(self):
+        self.inner.reset()
+
+    def is_initialized(self):
+        return self.inner.is_initialized()
+
+
+def _late_fault_rank(ctx: RankContext) -> dict[str, object]:
+    from tpbcast.reference_impl._broadcaster import CpuTpBroadcaster
+
+    real = CpuTpBroadcaster(_stack.FAST)
+    faulty = _FaultAfterHandshake(real)
+    bcast = faulty if ctx.rank == FAILING_RANK else real
+    stack = _stack.make_stack(ctx)
+    stack.dispatcher = CpuBroadcastDispatcher(
+        bcast, stack.engine, recorder=stack.recorder, rank=ctx.rank
+    )
+    try:
+        generation = real.generation
+        decision, texts = _bootstrap_recording_warnings(
+            stack, ctx, local_world_size=ctx.world_size, base_path=ctx.base_path
+        )
+        ok, events = _after_fallback(stack, ctx)
+        return {
+            "wire_up": faulty.wire_up if ctx.rank == FAILING_RANK else None,
+            "path": str(decision.path),
+            "failed": decision.failed_ranks,
+            "first": decision.first_failed_rank,
+            "warnings": texts,
+            "initialized": real.is_initialized(),
+            "reset_count": real.generation - generation,
+            "socket_left": _stack.exists(_stack.socket_file(ctx)),
+            "fallback_ok": ok,
+            "events": events,
+        }
+    finally:
+        stack.dispatcher.teardown()
+
+
+def test_late_fault_on_one_rank_resets_the_ranks_that_succeeded():
+    results = values(run_forked(_late_fault_rank, 4))
+    assert results[FAILING_RANK]["wire_up"] is True, "the fault must hit after the handshake"
+    for rank, res in enumerate(results):
+        assert res["path"] == "collective", f"rank {rank} stayed on UDS"
+        assert res["failed"] == (FAILING_RANK,) and res["first"] == FAILING_RANK
+        assert len(res["warnings"]) == 1
+        assert "rank 2 after" in res["warnings"][0]
+        assert "RuntimeError: injected fault on rank 2" in res["warnings"][0]
+        assert res["initialized"] is False
+        assert res["reset_count"] >= 1, "bootstrap must reset a broadcaster that came up"
+        assert res["socket_left"] is False
+        assert res["fallback_ok"] is True
+        assert [e[0] for e in res["events"]] == ["collective", "sync_communication", "device_sync"]
+
+
 def _layout_disagreement_rank(ctx: RankContext) -> dict[str, object]:
     stack = _stack.make_stack(ctx)
     lws = 2 if ctx.rank == FAILING_RANK else ctx.world_size  # rank 2 thinks TP spans nodes

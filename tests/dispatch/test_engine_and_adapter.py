@@ -1,0 +1,130 @@
+"""The engine on its own (gloo now, NCCL where a GPU exists) and the conformance hook."""
+
+from __future__ import annotations
+
+import pytest
+from tpbcast.reference_impl._dispatch import make_dispatch_adapter
+from tpbcast.reference_impl._engines import (
+    CollectiveEngine,
+    EngineRecorder,
+    TorchDistributedEngine,
+)
+from tpbcast.reference_impl._errors import ConfigurationError
+
+from . import _stack
+from ._forkrun import RankContext, run_forked, values
+
+
+def _engine_rank(ctx: RankContext, device: str) -> dict[str, object]:
+    import torch
+
+    engine = TorchDistributedEngine.create(
+        ctx.rank, ctx.world_size, ctx.workdir, device=device, timeout=_stack.GROUP_TIMEOUT
+    )
+    recorder = EngineRecorder()
+    observed = recorder.wrap(engine)
+    try:
+        # several tensors, one of them non-contiguous: ONE collective, results
+        # visible only after sync_communication
+        src = [torch.arange(6, dtype=torch.int32) + 1, torch.ones(2, 3).t() * 2.5]
+        tensors = [t.clone() if ctx.rank == 0 else torch.zeros_like(t) for t in src]
+        if device != "cpu":
+            tensors[0] = tensors[0].to(device)
+        observed.broadcast(tensors, 0, None)
+        pending = engine.pending
+        observed.sync_communication()
+        observed.device_sync()
+        ok = all(torch.equal(t.cpu(), s) for t, s in zip(tensors, src, strict=True))
+        return {
+            "protocol": isinstance(engine, CollectiveEngine),
+            "name": engine.name,
+            "pending_before_sync": pending,
+            "pending_after_sync": engine.pending,
+            "ok": ok,
+            "events": recorder.events,
+        }
+    finally:
+        engine.close()
+
+
+def test_gloo_engine_one_collective_for_several_tensors():
+    for res in values(run_forked(_engine_rank, 2, args=("cpu",))):
+        assert res["protocol"] and res["name"] == "torch.distributed/gloo"
+        assert (res["pending_before_sync"], res["pending_after_sync"]) == (1, 0)
+        assert res["ok"]
+        assert res["events"] == (("collective", 24 + 24), ("sync_communication",), ("device_sync",))
+
+
+def _cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.skipif(
+    _cuda_devices() < 2,
+    reason="NCCL path (backend nccl + torch.cuda.synchronize) needs 2 CUDA devices; "
+    "this machine has none, so only its code path is type-checked here",
+)
+def test_nccl_engine_on_two_gpus():  # pragma: no cover - needs GPUs
+    def target(ctx: RankContext) -> dict[str, object]:
+        return _engine_rank(ctx, f"cuda:{ctx.rank}")
+
+    for res in values(run_forked(target, 2)):
+        assert res["name"] == "torch.distributed/nccl" and res["ok"]
+        assert res["events"] == (("collective", 48), ("sync_communication",), ("device_sync",))
+
+
+def test_engine_device_names_are_checked():
+    with pytest.raises(ConfigurationError, match="unsupported engine device 'tpu'"):
+        TorchDistributedEngine(device="tpu")
+    assert TorchDistributedEngine(device="cuda:1").backend == "nccl"
+    assert TorchDistributedEngine(device="CPU").backend == "gloo"
+
+
+def _adapter_rank(ctx: RankContext) -> dict[str, object]:
+    from tpbcast.reference_impl._broadcaster import CpuTpBroadcaster
+
+    adapter = make_dispatch_adapter(
+        CpuTpBroadcaster(), rank=ctx.rank, world_size=ctx.world_size, workdir=ctx.workdir
+    )
+    seen = {}
+    try:
+        for label, lws in (("uds", ctx.world_size), ("collective", 1)):
+            decision = adapter.bootstrap(local_world_size=lws, base_path=ctx.base_path)
+            adapter.clear_calls()
+            buffers = _stack.payload(ctx.rank, 11)
+            path = adapter.broadcast_cpu(buffers, root=0, mode="tp")
+            errors = []
+            for root, mode in ((1, "tp"), (0, "dp"), (0, "bogus")):
+                try:
+                    adapter.broadcast_cpu(_stack.payload(ctx.rank, 1), root=root, mode=mode)
+                except ConfigurationError as exc:
+                    errors.append((type(exc).__name__, str(exc)))
+            seen[label] = {
+                "decision": str(decision.path),
+                "path": path,
+                "adapter_path": adapter.path,
+                "ok": _stack.payload_bytes(buffers) == _stack.expected(11),
+                "calls": [c[0] for c in adapter.calls()],
+                "errors": errors,
+            }
+    finally:
+        adapter.teardown()
+    return seen
+
+
+def test_dispatch_adapter_drives_both_paths_with_plain_types():
+    for res in values(run_forked(_adapter_rank, 2)):
+        uds, coll = res["uds"], res["collective"]
+        assert (uds["decision"], uds["path"], uds["adapter_path"]) == ("uds",) * 3
+        assert (coll["decision"], coll["path"], coll["adapter_path"]) == ("collective",) * 3
+        assert uds["ok"] and coll["ok"]
+        assert uds["calls"] == ["uds"]
+        assert coll["calls"] == ["collective", "sync_communication", "device_sync"]
+        assert uds["errors"] == coll["errors"]
+        assert [kind for kind, _ in uds["errors"]] == [
+            "UnsupportedRootError",
+            "UnsupportedModeError",
+            "UnsupportedModeError",
+        ]
