@@ -75,7 +75,9 @@ def capture(exc: BaseException, elapsed: float) -> Raised:
     for name in ERROR_FIELDS:
         if hasattr(exc, name):
             value = getattr(exc, name)
-            attrs[name] = value if isinstance(value, int | float | str | type(None)) else repr(value)
+            attrs[name] = (
+                value if isinstance(value, int | float | str | type(None)) else repr(value)
+            )
     return Raised(
         type_name=type(exc).__name__,
         bases=tuple(cls.__name__ for cls in type(exc).__mro__),

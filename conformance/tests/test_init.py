@@ -238,9 +238,7 @@ def test_rank0_rejects_duplicate_rank(tpbcast_run, tpbcast_impl):
         1: rogue_peer("announce", rank=1, observe=s.OBSERVE),
         2: rogue_peer("announce", rank=1, observe=s.OBSERVE),
     }
-    result = tpbcast_run(
-        _rank0_against_rogues(tpbcast_impl, rogues, 3), 3, timeout=s.GROUP_TIMEOUT
-    )
+    result = tpbcast_run(_rank0_against_rogues(tpbcast_impl, rogues, 3), 3, timeout=s.GROUP_TIMEOUT)
     _assert_rejected(result, "INIT-8", "two peers announcing rank 1", name="1")
     assert "duplicate" in result.outcomes[0].value[0].message.lower(), s.clause(
         "INIT-8", "the error says the rank is a duplicate", result.outcomes[0].value[0]
@@ -315,7 +313,7 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
         if ctx.rank == 0:
             bcast = s.make(tpbcast_impl, init=10.0)
             state0 = bcast.is_initialized()
-            before = s.socket_fds()
+            before = s.fd_table()
             raised = s.attempt(bcast.initialize, 0, 2, ctx.base_path)
             clean = (
                 bcast.is_initialized(),
@@ -363,7 +361,7 @@ def test_failed_initialize_cleans_up_and_retry_works_peer(tpbcast_run, tpbcast_i
             bcast.reset()
             return report, digest
         bcast = s.make(tpbcast_impl, connect=10.0, init=10.0)
-        before = s.socket_fds()
+        before = s.fd_table()
         raised = s.attempt(bcast.initialize, 1, 2, ctx.base_path)
         clean = bcast.is_initialized(), s.new_fds(before)
         ctx.wait("rogue_gone", timeout=15)
