@@ -202,3 +202,31 @@ def test_socket_is_private_and_failed_broadcast_breaks_until_reset(base_path):
     (mode, errors), _ = values(run_forked([root, peer], close_in_parent=peer_gone.fds()))
     assert mode == 0o600
     assert errors == ["NativePeerClosedError", NativeBrokenError.__name__]
+
+
+def test_python_side_argument_checks(base_path):
+    np = pytest.importorskip("numpy")
+
+    def body():
+        b = make()
+        seen = []
+        for call in (
+            lambda: b.initialize(2**40, 2, base_path),
+            lambda: b.initialize(0, 2, base_path + "\0tail"),
+            lambda: b.set_deadlines(io=-1.0),
+            lambda: b.set_deadlines(init=float("nan")),
+            lambda: b.broadcast(np.zeros((4, 4), dtype=np.uint8)[:, ::2]),
+        ):
+            try:
+                call()
+                seen.append("accepted")
+            except ValueError as exc:
+                seen.append(str(exc))
+        return seen, b.is_initialized()
+
+    [(seen, initialized)] = values(run_forked([body]))
+    assert "rank must fit a C int" in seen[0]
+    assert "NUL" in seen[1]
+    assert "io must be >= 0" in seen[2] and "init must be >= 0" in seen[3]
+    assert "C-contiguous" in seen[4]
+    assert not initialized

@@ -10,6 +10,8 @@ parent (calling ``make()`` there does it) so forked ranks do not all compile.
 from __future__ import annotations
 
 import ctypes
+import math
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,18 +22,26 @@ __all__ = ["CAPABILITIES", "NAME", "VERSION", "NativeBroadcaster", "make"]
 
 NAME = "tpbcast-native-example"
 VERSION = "0.1.0"
+_LONG_MAX = 2**31 - 1  # C long is at least 32 bits
 CAPABILITIES = frozenset(
     {"deadlines", "generation", "peer_credentials", "error_details", "multi_buffer"}
 )
 
 
-def _ms(seconds: float | None) -> int:
-    """Seconds -> the C library's milliseconds; ``None`` waits forever (-1)."""
-    if seconds is None:
+def _ms(name: str, seconds: float) -> int:
+    """Seconds -> the C library's milliseconds; ``math.inf`` waits forever (-1)."""
+    if seconds == math.inf:
         return -1
-    if seconds < 0:
-        raise ValueError(f"a deadline must be >= 0 seconds or None, got {seconds!r}")
-    return max(1, round(seconds * 1000)) if seconds > 0 else 0
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{name} must be >= 0 seconds or math.inf, got {seconds!r}")
+    return min(_LONG_MAX, max(1, math.ceil(seconds * 1000))) if seconds > 0 else 0
+
+
+def _c_int(name: str, value: int) -> int:
+    """ctypes would raise its own ArgumentError (or wrap) for ints outside C int."""
+    if not -(2**31) <= value < 2**31:
+        raise ValueError(f"{name} must fit a C int, got {value!r}")
+    return value
 
 
 class NativeBroadcaster:
@@ -46,7 +56,7 @@ class NativeBroadcaster:
         # DESIGN.md defaults: connect 120 s, init 120 s, io 300 s.
         self._deadlines_ms = (120_000, 120_000, 300_000)
 
-    def _raise(self) -> NativeBroadcastError:
+    def _error(self) -> NativeBroadcastError:
         return from_info(self._lib.last_error())
 
     def set_deadlines(
@@ -55,21 +65,26 @@ class NativeBroadcaster:
         """Deadlines in seconds for the next ``initialize`` and later broadcasts.
 
         An argument left as ``None`` keeps its current value (defaults: connect
-        120, init 120, io 300); ``float("inf")`` waits forever.
+        120, init 120, io 300); ``math.inf`` waits forever.
         """
         connect_ms, init_ms, io_ms = self._deadlines_ms
         if connect is not None:
-            connect_ms = -1 if connect == float("inf") else _ms(connect)
+            connect_ms = _ms("connect", connect)
         if init is not None:
-            init_ms = -1 if init == float("inf") else _ms(init)
+            init_ms = _ms("init", init)
         if io is not None:
-            io_ms = -1 if io == float("inf") else _ms(io)
+            io_ms = _ms("io", io)
         self._deadlines_ms = (connect_ms, init_ms, io_ms)
-        self._lib.set_deadlines_ms(connect_ms, init_ms, io_ms)
+        self._lib.set_deadlines_ms(*self._deadlines_ms)
 
     def initialize(self, rank: int, world_size: int, base_path: str) -> None:
-        if self._lib.init(rank, world_size, base_path.encode()) != 0:
-            raise self._raise()
+        path = os.fsencode(base_path)
+        if b"\0" in path:  # a C string would silently end at the NUL
+            raise ValueError(f"base_path must not contain NUL bytes, got {base_path!r}")
+        # The C state is per process: make it carry THIS object's deadlines.
+        self._lib.set_deadlines_ms(*self._deadlines_ms)
+        if self._lib.init(_c_int("rank", rank), _c_int("world_size", world_size), path) != 0:
+            raise self._error()
 
     def broadcast(self, buffer: Any, root: int = 0) -> None:
         """Send ``buffer`` from rank 0, or receive it in place on the others.
@@ -92,7 +107,7 @@ class NativeBroadcaster:
         flat = view.cast("B") if view.ndim != 1 or view.format != "B" else view
         nbytes = flat.nbytes
         if nbytes == 0:
-            status = self._lib.broadcast(None, 0, root)
+            status = self._lib.broadcast(None, 0, _c_int("root", root))
         else:
             if flat.readonly:
                 if self._lib.is_initialized() and self._lib.rank() != 0:
@@ -103,11 +118,11 @@ class NativeBroadcaster:
                 flat = memoryview(bytearray(flat))  # the root only reads: a copy is enough
             chunk = (ctypes.c_char * nbytes).from_buffer(flat)
             try:
-                status = self._lib.broadcast(ctypes.addressof(chunk), nbytes, root)
+                status = self._lib.broadcast(ctypes.addressof(chunk), nbytes, _c_int("root", root))
             finally:
                 del chunk  # release the buffer export at once
         if status != 0:
-            raise self._raise()
+            raise self._error()
 
     def reset(self) -> None:
         self._lib.reset()
