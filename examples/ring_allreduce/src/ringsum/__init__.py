@@ -13,3 +13,7 @@ from ._ring import RingTimeoutError as RingTimeoutError
 from ._ring import connect as connect
 
 __all__ = ["Ring", "RingError", "RingTimeoutError", "connect"]
+
+# Reports and tracebacks name the public path (ringsum.RingError), not the private module.
+for _name in __all__:
+    globals()[_name].__module__ = __name__
