@@ -24,11 +24,12 @@ from ._faults import (
 from ._forksafety import ForkSafetyError, NativeThread, native_threads
 from ._outcome import FaultRecord, GroupResult, RankGroupFailure, RankOutcome, Status
 from ._runner import SEED_ENV, run_ranks
-from ._workdir import WORKDIR_PREFIX
+from ._workdir import WORKDIR_PREFIX, WORKDIR_ROOT_ENV, release_workdirs
 
 __all__ = [
     "SEED_ENV",
     "WORKDIR_PREFIX",
+    "WORKDIR_ROOT_ENV",
     "Delay",
     "Exit",
     "FaultAction",
@@ -50,6 +51,7 @@ __all__ = [
     "SyncError",
     "SyncTimeoutError",
     "native_threads",
+    "release_workdirs",
     "run_ranks",
 ]
 

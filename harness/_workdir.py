@@ -22,9 +22,16 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-__all__ = ["HARNESS_SUBDIR", "WORKDIR_PREFIX", "Workdir", "release_workdirs"]
+__all__ = [
+    "HARNESS_SUBDIR",
+    "WORKDIR_PREFIX",
+    "WORKDIR_ROOT_ENV",
+    "Workdir",
+    "release_workdirs",
+]
 
 WORKDIR_PREFIX = "tpb-"
+WORKDIR_ROOT_ENV = "TPBCAST_WORKDIR_ROOT"
 HARNESS_SUBDIR = ".tpb"
 _SUN_PATH_MAX = 107
 
@@ -63,6 +70,12 @@ def _take_pooled() -> str | None:
 
 
 def _short_tmp_root() -> str:
+    """``$TPBCAST_WORKDIR_ROOT`` (a test session's private root, so it can prove that it
+    left nothing behind) or ``/tmp`` (short), else the system temp dir."""
+    env = os.environ.get(WORKDIR_ROOT_ENV)
+    if env:
+        os.makedirs(env, mode=0o700, exist_ok=True)
+        return env
     for root in ("/tmp", tempfile.gettempdir()):
         if os.access(root, os.W_OK | os.X_OK):
             return root

@@ -1,0 +1,382 @@
+"""run_ranks: every rank's fate is judged, hung ranks are stopped with their stacks, the
+deadline and fail-fast work, and nothing of ours survives a group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tpbcast.harness import RankGroupFailure, Status, run_ranks
+
+# Generous: the CI box has 2 cores shared by several sessions.
+T = 30.0
+
+
+def returns_rank(ctx):
+    return {"rank": ctx.rank, "world": ctx.world_size}
+
+
+def test_ok_values_come_back_per_rank():
+    result = run_ranks(returns_rank, 3, timeout=T)
+    assert result.ok, result.report()
+    assert [o.value for o in result.outcomes] == [{"rank": r, "world": 3} for r in range(3)]
+    assert [o.status for o in result.outcomes] == [Status.OK] * 3
+    assert len({o.pid for o in result.outcomes}) == 3
+    assert os.getpid() not in {o.pid for o in result.outcomes}
+    assert result.survivors == ()
+    assert result.first_failure is None
+    result.raise_for_failure()  # no-op when ok
+
+
+def _inner():
+    raise KeyError("deep")
+
+
+def raises_chained(ctx):
+    if ctx.rank == 1:
+        try:
+            _inner()
+        except KeyError as exc:
+            raise ValueError(f"rank {ctx.rank} broke") from exc
+    return "fine"
+
+
+def test_raised_has_type_message_and_full_chained_traceback():
+    result = run_ranks(raises_chained, 2, timeout=T)
+    bad = result.outcomes[1]
+    assert bad.status is Status.RAISED
+    assert bad.exc_type == "ValueError"
+    assert bad.exc_message == "rank 1 broke"
+    assert "_inner" in bad.traceback and "KeyError: 'deep'" in bad.traceback
+    assert "raises_chained" in bad.traceback
+    assert "direct cause" in bad.traceback
+    assert result.outcomes[0].status is Status.OK
+    assert result.first_failure is bad
+    with pytest.raises(RankGroupFailure) as info:
+        result.raise_for_failure()
+    first_line = str(info.value).splitlines()[0]
+    assert "rank 1 RAISED ValueError: rank 1 broke" in first_line
+    assert info.value.result is result
+
+
+def custom_exc_raiser(ctx):
+    raise TimeoutError("took too long")
+
+
+def test_exception_type_is_qualified_for_non_builtins():
+    class Local(Exception):
+        pass
+
+    def target(ctx):
+        raise Local("x")
+
+    result = run_ranks(target, 1, timeout=T)
+    assert result.outcomes[0].exc_type.endswith("Local")
+    assert "." in result.outcomes[0].exc_type
+
+
+def exits_with(ctx, code):
+    if ctx.rank == 0:
+        os._exit(code)
+    return None
+
+
+def test_exited_reports_code_and_means_no_result():
+    result = run_ranks(exits_with, 2, timeout=T, args=(7,))
+    o = result.outcomes[0]
+    assert o.status is Status.EXITED
+    assert o.exit_code == 7
+    assert o.signal is None
+    assert "EXITED with code 7" in result.report().splitlines()[0]
+
+
+def sys_exits(ctx):
+    raise SystemExit(3)
+
+
+def test_system_exit_is_an_exit_code():
+    o = run_ranks(sys_exits, 1, timeout=T).outcomes[0]
+    assert (o.status, o.exit_code) == (Status.EXITED, 3)
+
+
+def kills_self(ctx, sig):
+    if ctx.rank == 1:
+        os.kill(os.getpid(), sig)
+        time.sleep(T)  # not reached for a fatal signal
+    return "ok"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGABRT])
+def test_signaled_reports_signal_by_name(sig):
+    result = run_ranks(kills_self, 2, timeout=T, args=(sig,))
+    o = result.outcomes[1]
+    assert o.status is Status.SIGNALED
+    assert o.signal == sig
+    assert o.signal_name == signal.Signals(sig).name
+    assert f"SIGNALED by {o.signal_name}" in str(RankGroupFailure(result)).splitlines()[0]
+
+
+def segfaults(ctx):
+    import ctypes
+
+    print("before the crash", flush=True)
+    ctypes.string_at(0)
+
+
+def test_segfault_is_sigsegv_with_python_stack_on_stderr():
+    o = run_ranks(segfaults, 1, timeout=T).outcomes[0]
+    assert o.status is Status.SIGNALED
+    assert o.signal_name == "SIGSEGV"
+    assert "before the crash" in o.stdout
+    assert "Segmentation fault" in o.stderr and "segfaults" in o.stderr
+
+
+def hangs_in_a_named_function(ctx):
+    if ctx.rank == 0:
+        return "done"
+    while True:
+        time.sleep(0.05)
+
+
+def test_hang_is_killed_with_its_python_stack():
+    t0 = time.monotonic()
+    result = run_ranks(hangs_in_a_named_function, 2, timeout=1.5, kill_grace=1.0)
+    elapsed = time.monotonic() - t0
+    hung = result.outcomes[1]
+    assert hung.status is Status.TIMED_OUT, result.report()
+    assert hung.signal_name == "SIGTERM"
+    assert "hangs_in_a_named_function" in (hung.stack_dump or "")
+    assert "group deadline of 1.5s" in hung.note
+    assert result.outcomes[0].status is Status.OK
+    assert result.survivors == ()
+    assert 1.5 <= elapsed < 1.5 + 1.0 + 1.0 + 10.0  # deadline + dump + grace, loose top
+    report = result.report()
+    assert "stack dump" in report and "hangs_in_a_named_function" in report
+
+
+def ignores_sigterm(ctx):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ctx.notify("armed")
+    while True:
+        time.sleep(0.05)
+
+
+def test_sigterm_ignoring_rank_escalates_to_sigkill():
+    result = run_ranks(ignores_sigterm, 1, timeout=1.0, kill_grace=0.3)
+    o = result.outcomes[0]
+    assert o.status is Status.TIMED_OUT
+    assert o.signal_name == "SIGKILL"
+    assert "ignored SIGTERM" in o.note and "SIGKILLed" in o.note
+    assert "ignores_sigterm" in (o.stack_dump or "")
+    assert result.survivors == ()
+
+
+def one_fails_others_hang(ctx):
+    if ctx.rank == 2:
+        raise RuntimeError("rank 2 gives up")
+    while True:
+        time.sleep(0.05)
+
+
+def test_fail_fast_cuts_the_others_to_the_grace():
+    t0 = time.monotonic()
+    result = run_ranks(one_fails_others_hang, 3, timeout=T, fail_fast_grace=0.2, kill_grace=0.5)
+    elapsed = time.monotonic() - t0
+    assert elapsed < T / 2, f"fail-fast did not cut the group short: {elapsed:.1f}s"
+    assert result.first_failure.rank == 2
+    assert result.first_failure.status is Status.RAISED
+    for r in (0, 1):
+        o = result.outcomes[r]
+        assert o.status is Status.TIMED_OUT
+        assert "fail-fast: rank 2 failed" in o.note
+    assert result.report().splitlines()[0].startswith("rank 2 RAISED RuntimeError")
+
+
+def test_without_fail_fast_the_others_run_to_the_deadline():
+    t0 = time.monotonic()
+    result = run_ranks(
+        one_fails_others_hang, 2, timeout=1.0, fail_fast=False, fail_fast_grace=0.0,
+        kill_grace=0.3,
+    )
+    assert time.monotonic() - t0 >= 1.0
+    assert "group deadline" in result.outcomes[0].note
+
+
+def prints_then_dies(ctx):
+    print(f"stdout line of rank {ctx.rank}")
+    os.write(2, b"raw stderr bytes\n")
+    os.write(1, b"raw stdout bytes\n")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_captured_output_survives_sigkill():
+    o = run_ranks(prints_then_dies, 1, timeout=T).outcomes[0]
+    assert o.signal_name == "SIGKILL"
+    assert "stdout line of rank 0" in o.stdout
+    assert "raw stdout bytes" in o.stdout
+    assert "raw stderr bytes" in o.stderr
+
+
+def test_output_is_per_rank():
+    def target(ctx):
+        print(f"I am {ctx.rank}")
+
+    result = run_ranks(target, 2, timeout=T)
+    assert result.outcomes[0].stdout == "I am 0\n"
+    assert result.outcomes[1].stdout == "I am 1\n"
+
+
+def leaks_an_fd(ctx):
+    if ctx.rank == 1:
+        r, w = os.pipe()
+        os.close(r)
+        return w
+    return None
+
+
+def test_fd_leak_check_names_the_fd():
+    result = run_ranks(leaks_an_fd, 2, timeout=T, check_fds=True)
+    assert result.outcomes[0].leaked_fds == ()
+    leaked = result.outcomes[1].leaked_fds
+    assert len(leaked) == 1 and "pipe:" in leaked[0]
+    assert result.outcomes[1].status is Status.OK
+    assert not result.ok
+    assert "leaked 1 fd" in result.report().splitlines()[0]
+
+
+def test_fd_leak_check_is_off_by_default():
+    assert run_ranks(leaks_an_fd, 2, timeout=T).ok
+
+
+def makes_files(ctx):
+    if ctx.rank == 0:
+        with open(ctx.base_path + "_0.sock", "w") as f:
+            f.write("pretend socket")
+        os.mkdir(f"{ctx.workdir}/sub")
+        with open(f"{ctx.workdir}/sub/x", "w"):
+            pass
+
+
+def test_leftover_files_are_reported_and_cleaned():
+    result = run_ranks(makes_files, 2, timeout=T)
+    assert result.leftover_files == ("g_0.sock", "sub", "sub/x")
+    assert result.ok  # leftovers are judged by the caller (conformance), not here
+    assert "leftover files in workdir: g_0.sock" in result.report()
+    assert not os.path.exists(result.workdir)
+
+
+def test_no_leftovers_and_no_harness_files_reported():
+    result = run_ranks(returns_rank, 2, timeout=T)
+    assert result.leftover_files == ()
+
+
+def test_caller_workdir_is_kept_and_only_new_files_count(tmp_path):
+    wd = tempfile_short()
+    try:
+        with open(f"{wd}/old", "w"):
+            pass
+        result = run_ranks(makes_files, 1, timeout=T, workdir=wd)
+        assert result.leftover_files == ("g_0.sock", "sub", "sub/x")
+        assert sorted(os.listdir(wd)) == ["g_0.sock", "old", "sub"]  # .tpb removed
+    finally:
+        import shutil
+
+        shutil.rmtree(wd)
+
+
+def tempfile_short():
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="tpbt-", dir=os.environ.get("TPBCAST_WORKDIR_ROOT", "/tmp"))
+
+
+def forks_a_grandchild(ctx):
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            time.sleep(0.05)
+    return pid
+
+
+def test_a_surviving_grandchild_is_reported_and_killed():
+    result = run_ranks(forks_a_grandchild, 1, timeout=T)
+    grandchild = result.outcomes[0].value
+    assert result.survivors == (grandchild,)
+    assert not result.ok
+    assert "survived" in result.report().splitlines()[0]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{grandchild}/stat") as f:
+                if f.read().split(") ")[1][0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.01)
+    else:
+        pytest.fail(f"grandchild {grandchild} still alive after the harness SIGKILLed it")
+
+
+def test_unpicklable_return_value_is_a_clear_failure():
+    def target(ctx):
+        return lambda: None
+
+    o = run_ranks(target, 1, timeout=T).outcomes[0]
+    assert o.status is Status.RAISED
+    assert "cannot be pickled" in o.exc_message and "function" in o.exc_message
+
+
+def test_args_are_passed_after_ctx():
+    def target(ctx, a, b):
+        return (ctx.rank, a, b)
+
+    result = run_ranks(target, 2, timeout=T, args=("x", 2))
+    assert [o.value for o in result.outcomes] == [(0, "x", 2), (1, "x", 2)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"world_size": 0}, "world_size"),
+        ({"world_size": 2, "timeout": 0}, "timeout"),
+        ({"world_size": 2, "kill_grace": -1}, "kill_grace"),
+        ({"world_size": 2, "sigpipe": "ignore"}, "sigpipe"),
+        ({"world_size": 2, "workdir": "/tmp/" + "x" * 120}, "too long"),
+    ],
+)
+def test_bad_arguments_are_refused_before_forking(kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        run_ranks(returns_rank, **kwargs)
+
+
+def test_seed_is_reported_and_shared_with_ranks(monkeypatch):
+    def target(ctx):
+        return ctx.seed
+
+    result = run_ranks(target, 2, timeout=T, seed=1234)
+    assert result.seed == 1234
+    assert [o.value for o in result.outcomes] == [1234, 1234]
+    assert "TPBCAST_SEED=1234" in result.report()
+    monkeypatch.setenv("TPBCAST_SEED", "99")
+    assert run_ranks(target, 1, timeout=T).seed == 99
+
+
+def test_duration_and_label_in_report():
+    result = run_ranks(returns_rank, 1, timeout=T, label="my-test")
+    assert result.duration > 0
+    assert result.outcomes[0].duration > 0
+    assert result.report().startswith("[my-test] all 1 ranks OK")
+
+
+def test_rank_group_failure_pickles():
+    import pickle
+
+    result = run_ranks(raises_chained, 2, timeout=T)
+    exc = RankGroupFailure(result)
+    again = pickle.loads(pickle.dumps(exc))
+    assert str(again) == str(exc)
+    assert again.result.first_failure.rank == 1
