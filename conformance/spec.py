@@ -305,7 +305,10 @@ def _build(data: Mapping[str, Any], source: str) -> Spec:
     name = _text(meta, "name", "[spec]", problems)
     version = _text(meta, "version", "[spec]", problems)
     areas = _build_areas(data.get("area", []), problems)
-    retired = _build_retired(data.get("retired", []), problems)
+    retired = _build_retired(meta.get("retired", []), problems)
+    unknown_meta = set(meta) - {"name", "version", "retired"}
+    if unknown_meta:
+        problems.append(f"[spec]: unknown keys {sorted(unknown_meta)}")
     retired_ids = {r.id for r in retired}
     clauses: list[Clause] = []
     seen: set[str] = set()
@@ -328,7 +331,7 @@ def _build(data: Mapping[str, Any], source: str) -> Spec:
         for i, raw in enumerate(data.get("noted", []))
     ]
     problems.extend(f"area {a} has no clause" for a in AREAS if all(c.area != a for c in clauses))
-    unknown_top = set(data) - {"spec", "area", "clause", "retired", "noted"}
+    unknown_top = set(data) - {"spec", "area", "clause", "noted"}
     if unknown_top:
         problems.append(f"unknown top-level keys {sorted(unknown_top)}")
     if problems:
