@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tpbcast.conformance import spec as spec_mod
 from tpbcast.conformance.spec import (
     AREAS,
@@ -175,7 +174,7 @@ _AREA_TOML = "\n".join(f'[[area]]\nid = "{a}"\ntitle = "t {a}"\nsummary = "s {a}
 def _clause(cid: str, **over: str) -> str:
     fields = {
         "id": cid,
-        "area": cid.split("-")[0],
+        "area": cid.split("-", maxsplit=1)[0],
         "level": "MUST",
         "title": "A title",
         "requirement": "It does the thing.",
