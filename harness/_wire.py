@@ -143,8 +143,9 @@ class WireError(Exception):
     """A wire operation did not get what it expected.
 
     Carries ``what`` (the operation, e.g. "rank handshake from peer"), ``expected``
-    (bytes, when known), ``got`` (the bytes that did arrive), ``how`` (a
-    :class:`CloseKind`, or ``"error"``), ``elapsed`` and ``errno_name``.
+    (bytes to read, when known), ``got`` (the bytes that did arrive), ``how``
+    (``"eof"``, ``"reset"``, ``"closed"`` for a send to a closed peer, ``"timeout"``
+    or ``"error"``), ``elapsed`` and ``errno_name``.
     """
 
     def __init__(
@@ -168,15 +169,15 @@ class WireError(Exception):
         super().__init__(self._message())
 
     def _message(self) -> str:
+        err = f" [{self.errno_name}]" if self.errno_name else ""
+        extra = f"; {self.detail}" if self.detail else ""
+        ending = f"{self.how}{err} after {self.elapsed:.3f}s{extra}"
+        if self.expected is None and not self.got:
+            return f"{self.what}: {ending}"
         want = "" if self.expected is None else f"expected {self.expected} byte(s), "
         shown = self.got[:32]
         more = "..." if len(self.got) > len(shown) else ""
-        err = f" [{self.errno_name}]" if self.errno_name else ""
-        extra = f"; {self.detail}" if self.detail else ""
-        return (
-            f"{self.what}: {want}got {len(self.got)} byte(s) {shown!r}{more}, "
-            f"then {self.how}{err} after {self.elapsed:.3f}s{extra}"
-        )
+        return f"{self.what}: {want}got {len(self.got)} byte(s) {shown!r}{more}, then {ending}"
 
     def __reduce__(self) -> tuple[object, ...]:
         # Errors cross process boundaries (rank -> parent); keep every field.
@@ -196,11 +197,12 @@ def _rebuild_wire_error(cls: type[WireError], what: str, fields: dict[str, Any])
 
 
 class WireTimeoutError(WireError, TimeoutError):
-    """The deadline passed before the operation completed (``how == "open"``)."""
+    """The deadline passed before the operation completed (``how == "timeout"``)."""
 
 
 class WireClosedError(WireError, ConnectionError):
-    """The other end closed (``how`` is ``"eof"`` or ``"reset"``) or the send failed."""
+    """The other end closed (``how``: ``"eof"``, ``"reset"``, ``"closed"``) or another
+    socket error ended the operation (``"error"``, see ``errno_name``)."""
 
 
 @dataclass(frozen=True)
@@ -292,7 +294,7 @@ def connect(
                     label,
                     expected=None,
                     got=b"",
-                    how=CloseKind.OPEN.value,
+                    how="timeout",
                     elapsed=time.monotonic() - start,
                     errno_name=_errno_name(code),
                     detail="deadline passed while retrying",
@@ -356,7 +358,7 @@ def accept(listener: socket.socket, deadline: Deadline, *, what: str = "accept")
                 f"{what} on {describe_address(str(listener.getsockname()))}",
                 expected=None,
                 got=b"",
-                how=CloseKind.OPEN.value,
+                how="timeout",
                 elapsed=time.monotonic() - start,
                 detail="no peer connected before the deadline",
             )
@@ -390,11 +392,12 @@ def send_all(
         except BlockingIOError:
             pass
         except OSError as exc:
+            closed = exc.errno in {errno.EPIPE, errno.ECONNRESET}
             raise WireClosedError(
                 what,
-                expected=total,
+                expected=None,
                 got=b"",
-                how="error",
+                how="closed" if closed else "error",
                 elapsed=time.monotonic() - start,
                 errno_name=_errno_name(exc.errno),
                 detail=f"{done} of {total} byte(s) written before the failure",
@@ -402,9 +405,9 @@ def send_all(
         if not _wait(sock, select.POLLOUT, deadline):
             raise WireTimeoutError(
                 what,
-                expected=total,
+                expected=None,
                 got=b"",
-                how=CloseKind.OPEN.value,
+                how="timeout",
                 elapsed=time.monotonic() - start,
                 detail=f"{done} of {total} byte(s) written; the reader stopped reading",
             )
@@ -452,7 +455,7 @@ def recv_exact(
                 what,
                 expected=nbytes,
                 got=bytes(buf),
-                how=CloseKind.OPEN.value,
+                how="timeout",
                 elapsed=time.monotonic() - start,
             )
     return bytes(buf)
@@ -477,7 +480,7 @@ def recv_until_eof(
                     what,
                     expected=limit,
                     got=bytes(buf),
-                    how=CloseKind.OPEN.value,
+                    how="timeout",
                     elapsed=time.monotonic() - start,
                     detail=f"more than {limit} byte(s) and still no EOF",
                 )
@@ -489,7 +492,7 @@ def recv_until_eof(
                 what,
                 expected=None,
                 got=bytes(buf),
-                how=CloseKind.OPEN.value,
+                how="timeout",
                 elapsed=time.monotonic() - start,
                 detail="the other end never closed",
             )

@@ -211,3 +211,28 @@ def test_tiny_socket_buffers_force_short_writes():
         a.setblocking(False)
         written = a.send(b"x" * (1 << 20))
         assert 0 < written < (1 << 20)  # a short write: the fault is real
+
+
+def _foreign_peer_group(ctx):
+    from tpbcast.harness import _rogue as r
+
+    if ctx.rank == 0:
+        return r.root_recording(ctx.base_path, 2, [], abstract=True, observe=30.0)
+    proof = env.as_foreign_uid()
+    ctx.record("foreign_uid", **proof.details())
+    return proof, r.peer_announce(ctx.base_path, 1, abstract=True, observe=30.0).probe
+
+
+@needs_root
+def test_foreign_uid_rank_is_seen_by_so_peercred():
+    """In a forked rank under run_ranks: the root sees uid nobody at the other end."""
+    from tpbcast.harness import run_ranks
+
+    result = run_ranks(_foreign_peer_group, 2, timeout=60.0)
+    result.raise_for_failure()
+    proof, probe = result.outcomes[1].value
+    assert (proof.uid, proof.before_uid) == (env.NOBODY, 0)
+    assert probe == 0x5A
+    creds = result.outcomes[0].value.links[0].credentials
+    assert (creds.pid, creds.uid, creds.gid) == (result.outcomes[1].pid, env.NOBODY, env.NOBODY)
+    assert [f.action for f in result.outcomes[1].faults] == ["foreign_uid"]

@@ -212,7 +212,8 @@ def test_recv_exact_timeout_keeps_partial_bytes():
             w.recv_exact(b, 5, w.Deadline.after(0.2), what="payload")
         assert 0.2 <= time.monotonic() - start < 0.2 + MARGIN
     assert info.value.got == b"Z"
-    assert info.value.how == "open"
+    assert info.value.how == "timeout"
+    assert "expected 5 byte(s), got 1 byte(s) b'Z', then timeout after" in str(info.value)
 
 
 def test_recv_until_eof_and_limit():
@@ -244,7 +245,7 @@ def test_send_all_to_closed_peer_is_epipe_not_sigpipe():
             try:
                 w.send_all(a, b"x" * 100, w.Deadline.after(10.0))
             except w.WireClosedError as exc:
-                os.write(write_fd, (exc.errno_name or "?").encode())
+                os.write(write_fd, f"{exc.errno_name} {exc.how} | {exc}".encode())
                 code = 0
         finally:
             os._exit(code)
@@ -254,7 +255,10 @@ def test_send_all_to_closed_peer_is_epipe_not_sigpipe():
         said = pipe.read()
     assert os.WIFEXITED(status), f"child died by signal {os.WTERMSIG(status)} (SIGPIPE leaked?)"
     assert os.WEXITSTATUS(status) == 0
-    assert said == b"EPIPE"
+    errno_name, how, message = said.decode().replace(" | ", " ", 1).split(" ", 2)
+    assert (errno_name, how) == ("EPIPE", "closed")
+    assert message.startswith("send: closed [EPIPE] after ")
+    assert "0 of 100 byte(s) written before the failure" in message
 
 
 def _reap(pid: int, timeout: float) -> int:
@@ -342,9 +346,5 @@ def test_wire_errors_pickle_with_every_field():
     assert type(back) is w.WireClosedError
     assert (back.what, back.expected, back.got, back.how) == ("handshake", 4, b"\x01", "eof")
     assert str(back) == str(err)
-    assert isinstance(
-        pickle.loads(
-            pickle.dumps(w.WireTimeoutError("x", expected=None, got=b"", how="open", elapsed=1.0))
-        ),
-        TimeoutError,
-    )
+    timeout = w.WireTimeoutError("x", expected=None, got=b"", how="timeout", elapsed=1.0)
+    assert isinstance(pickle.loads(pickle.dumps(timeout)), TimeoutError)
