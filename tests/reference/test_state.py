@@ -332,3 +332,11 @@ def test_unusable_buffers_are_refused_without_breaking_the_stream(base_path: str
         return bytes(buf)
 
     assert values(run_group(rank_main, 2)) == [b"fine", b"fine"]
+
+
+def test_adapter_loads_through_the_harness_contract() -> None:
+    harness = pytest.importorskip("tpbcast.harness")
+    impl = harness.load_implementation("tpbcast.reference_impl.conformance_adapter:make")
+    assert impl.name == "tpbcast-reference"
+    assert impl.capabilities == CAPABILITIES
+    assert all(impl.supports(cap) for cap in CAPABILITIES)
