@@ -81,7 +81,10 @@ class _Root:
         self.rec = _Recorder("root", behaviour, self.address)
         self.buffer_size = buffer_size
         self.links: list[_Link] = []
-        self.listener = listen(self.address, backlog, buffer_size=buffer_size)
+        try:
+            self.listener = listen(self.address, backlog, buffer_size=buffer_size)
+        except OSError as exc:
+            raise self.rec.fail("could not bind rank 0's socket", exc) from exc
         # (inode, ctime) identifies our socket file: a freed inode is reused at once.
         self.identity = None if abstract else _identity(os.lstat(self.address))
         self.rec.act("bind", note=f"{self.rec.address} backlog={backlog}")

@@ -556,3 +556,24 @@ def test_rogues_as_forked_rank_targets():
     }
     assert not result.survivors
     assert not result.leftover_files
+
+
+def test_root_that_cannot_bind_raises_rogue_error(base):
+    with open(f"{base}_0.sock", "w") as handle:
+        handle.write("a regular file: never replaced")
+    with pytest.raises(r.RogueError, match="could not bind rank 0's socket") as info:
+        r.root_recording(base, 2)
+    assert info.value.report.did("error")
+    with open(f"{base}_0.sock") as handle:
+        assert handle.read() == "a regular file: never replaced"
+
+
+def test_duplicate_rank_peers(base):
+    root, p1, p2 = run_all(
+        lambda: r.root_never_probes(base, 3, observe=0.3),
+        lambda: r.peer_announce(base, 1, observe=JOIN),
+        lambda: r.peer_announce(base, 1, observe=JOIN),
+    )
+    assert [link.announced for link in root.links] == [rank_bytes(1), rank_bytes(1)]
+    assert p1.sent == p2.sent == rank_bytes(1)
+    assert p1.reaction is p2.reaction is CloseKind.EOF
