@@ -83,3 +83,17 @@ def test_the_harness_loads_the_example_by_its_factory_string(native_library):
     }
     assert not impl.supports("tensors") and not impl.supports("abstract_namespace")
     assert impl.create().is_initialized() is False
+
+
+def test_cc_may_carry_words(tmp_path):
+    env = _env(tmp_path / "cache", CC="cc -DEXTRA_FLAG=1")
+    assert _build.find_compiler(env)[1:] == ["-DEXTRA_FLAG=1"]
+    assert _build.library_path(env).is_file()
+
+
+def test_a_cache_dir_others_can_write_is_refused(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)
+    with pytest.raises(NativeBuildError, match="not writable by group/other"):
+        _build.library_path(_env(cache))

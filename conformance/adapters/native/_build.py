@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = ["CFLAGS", "NativeBuildError", "cache_dir", "find_compiler", "library_path", "source"]
@@ -31,7 +34,7 @@ def source() -> Path:
     return Path(__file__).with_name("cbcast.c")
 
 
-def cache_dir(environ: dict[str, str] | None = None) -> Path:
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Where built libraries live: ``$TPBCAST_NATIVE_CACHE``, else the XDG cache.
 
     ``$XDG_CACHE_HOME/tpbcast`` or ``~/.cache/tpbcast``; created 0700 because a
@@ -46,36 +49,52 @@ def cache_dir(environ: dict[str, str] | None = None) -> Path:
     return base / "tpbcast"
 
 
-def find_compiler(environ: dict[str, str] | None = None) -> str:
-    """``$CC`` if set, else ``cc``, ``gcc`` or ``clang`` from PATH."""
+def find_compiler(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``$CC`` (may carry words, e.g. ``ccache gcc``), else ``cc``, ``gcc`` or ``clang``."""
     env = os.environ if environ is None else environ
     path = env.get("PATH", os.defpath)
-    candidates = [env["CC"]] if env.get("CC") else ["cc", "gcc", "clang"]
-    for name in candidates:
-        found = shutil.which(name, path=path)
+    cc = shlex.split(env.get("CC", ""))
+    candidates = [cc] if cc else [["cc"], ["gcc"], ["clang"]]
+    for words in candidates:
+        found = shutil.which(words[0], path=path)
         if found:
-            return found
+            return [found, *words[1:]]
+    tried = ", ".join(" ".join(words) for words in candidates)
     raise NativeBuildError(
-        f"no C compiler found (tried {', '.join(candidates)} on PATH={path!r}); the native "
-        "example adapter compiles cbcast.c at first use: install one (e.g. apt-get install "
-        "gcc) or point $CC at it"
+        f"no C compiler found (tried {tried} on PATH={path!r}); the native example "
+        "adapter compiles cbcast.c at first use: install one (e.g. apt-get install gcc) "
+        "or point $CC at it"
     )
 
 
-def library_path(environ: dict[str, str] | None = None) -> Path:
+def _check_private(directory: Path) -> None:
+    """Refuse a cache dir others could write: its libraries are code we dlopen."""
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise NativeBuildError(
+            f"refusing the library cache {directory}: it must be a directory owned by uid "
+            f"{os.geteuid()} and not writable by group/other (mode {oct(st.st_mode & 0o777)}, "
+            f"owner uid {st.st_uid}); fix it or set $TPBCAST_NATIVE_CACHE"
+        )
+
+
+def library_path(environ: Mapping[str, str] | None = None) -> Path:
     """Return the built library for the current source, building it if needed."""
     src = source()
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
     out_dir = cache_dir(environ)
     target = out_dir / f"libcbcast-{digest}.so"
+    if out_dir.exists():
+        _check_private(out_dir)
     if target.exists():
         return target
     compiler = find_compiler(environ)
     out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _check_private(out_dir)
     fd, tmp = tempfile.mkstemp(prefix=".libcbcast-", suffix=".so.tmp", dir=out_dir)
     os.close(fd)
     try:
-        cmd = [compiler, *CFLAGS, "-o", tmp, str(src)]
+        cmd = [*compiler, *CFLAGS, "-o", tmp, str(src)]
         try:
             done = subprocess.run(
                 cmd, check=False, capture_output=True, text=True, timeout=_BUILD_TIMEOUT
