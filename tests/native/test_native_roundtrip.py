@@ -230,3 +230,29 @@ def test_python_side_argument_checks(base_path):
     assert "io must be >= 0" in seen[2] and "init must be >= 0" in seen[3]
     assert "C-contiguous" in seen[4]
     assert not initialized
+
+
+def test_two_groups_share_a_directory_and_identical_reinit_is_a_no_op(base_path):
+    other = base_path + "-b"
+    seeds = {base_path: 21, other: 22}
+
+    def rank(r, path):
+        b = _ranks.native()
+        b.initialize(r, 2, path)
+        fds = _ranks.open_fds()
+        b.initialize(r, 2, path)  # identical: no new socket, no new handshake
+        same = _ranks.open_fds() == fds
+        digests = []
+        for size in _ranks.SIZES:
+            buf = bytearray(_ranks.payload(seeds[path], size) if r == 0 else size)
+            b.broadcast(buf)
+            digests.append(hashlib.sha256(buf).hexdigest())
+        b.reset()
+        return same, digests
+
+    got = values(
+        run_forked([(lambda r=r, p=p: rank(r, p)) for p in (base_path, other) for r in range(2)])
+    )
+    assert [same for same, _ in got] == [True] * 4
+    assert [d for _, d in got[:2]] == [_ranks.expected_digests(seeds[base_path])] * 2
+    assert [d for _, d in got[2:]] == [_ranks.expected_digests(seeds[other])] * 2
