@@ -507,6 +507,12 @@ def bootstrap(
     _check_group(tp_rank, tp_size, group)
 
     def decide(**fields: Any) -> BootstrapDecision:
+        if fields["path"] is DispatchPath.COLLECTIVE and broadcaster.is_initialized():
+            # e.g. a second bootstrap that now sees a cross-node layout: the
+            # dispatcher picks the path from is_initialized(), so the decision
+            # only holds if a broadcaster left up from before goes down (on
+            # every rank: they all reach the same decision)
+            broadcaster.reset()
         decision = BootstrapDecision(
             tp_rank=tp_rank,
             tp_size=tp_size,

@@ -257,6 +257,35 @@ def test_reinit_after_teardown_starts_clean():
         assert "after teardown()" in res["stale"]
 
 
+def _rebootstrap_rank(ctx: RankContext) -> list[tuple[str, str, bool]]:
+    stack = _stack.make_stack(ctx)
+    seen = []
+    try:
+        for lws in (ctx.world_size, 1, ctx.world_size):
+            decision = bootstrap(
+                stack.dispatcher,
+                tp_rank=ctx.rank,
+                tp_size=ctx.world_size,
+                local_world_size=lws,
+                base_path=ctx.base_path,
+                config=_stack.FAST,
+            )
+            buffers = _stack.payload(ctx.rank, lws)
+            path = stack.dispatcher.broadcast_cpu(buffers)
+            ok = _stack.payload_bytes(buffers) == _stack.expected(lws)
+            seen.append((str(decision.path), str(path), ok))
+    finally:
+        stack.dispatcher.teardown()
+    return seen
+
+
+def test_a_collective_decision_takes_down_a_broadcaster_left_up():
+    """Bootstrap again without teardown: the decision and the path taken always agree."""
+    for seen in values(run_forked(_rebootstrap_rank, 2)):
+        uds, collective = ("uds", "uds", True), ("collective", "collective", True)
+        assert seen == [uds, collective, uds]
+
+
 def _mismatch_rank(ctx: RankContext) -> str:
     stack = _stack.make_stack(ctx)
     try:
