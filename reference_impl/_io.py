@@ -129,10 +129,14 @@ def _error_for(
     )
 
 
-def _wait(sock: socket.socket, events: int, deadline: Deadline) -> int:
-    """Poll one fd; returns the revents, 0 on timeout."""
+def _poller(sock: socket.socket, events: int) -> select.poll:
     poller = select.poll()
     poller.register(sock.fileno(), events)
+    return poller
+
+
+def _wait(poller: select.poll, deadline: Deadline) -> int:
+    """Poll one registered fd; returns the revents, 0 on timeout."""
     while True:
         timeout = deadline.poll_ms()
         if timeout == 0:
@@ -149,7 +153,7 @@ def _wait(sock: socket.socket, events: int, deadline: Deadline) -> int:
 
 def wait_readable(sock: socket.socket, deadline: Deadline) -> bool:
     """True when ``sock`` is readable (or hung up) before the deadline."""
-    return _wait(sock, _POLL_IN, deadline) != 0
+    return _wait(_poller(sock, _POLL_IN), deadline) != 0
 
 
 def send_all(
@@ -173,6 +177,7 @@ def send_all(
     size = len(data)
     whole = offset + size if total is None else total
     sent = 0
+    poller: select.poll | None = None  # made on the first EAGAIN, then reused
     while sent < size:
         try:
             n = sock.send(data[sent:], _SEND_FLAGS)
@@ -195,7 +200,9 @@ def send_all(
                 deadline=deadline,
                 code=errno.EPIPE,
             )
-        revents = _wait(sock, _POLL_OUT, deadline)
+        if poller is None:
+            poller = _poller(sock, _POLL_OUT)
+        revents = _wait(poller, deadline)
         if revents == 0:
             raise site.fail(
                 BroadcastTimeoutError,
@@ -238,6 +245,7 @@ def recv_exact(
     size = len(view)
     whole = offset + size if total is None else total
     got = 0
+    poller: select.poll | None = None  # made on the first EAGAIN, then reused
     while got < size:
         try:
             n = sock.recv_into(view[got:], size - got)
@@ -259,7 +267,9 @@ def recv_exact(
                 total=whole,
                 deadline=deadline,
             )
-        revents = _wait(sock, _POLL_IN, deadline)
+        if poller is None:
+            poller = _poller(sock, _POLL_IN)
+        revents = _wait(poller, deadline)
         if revents == 0:
             raise site.fail(
                 BroadcastTimeoutError,
