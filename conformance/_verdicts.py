@@ -52,7 +52,9 @@ MESSAGE_LIMIT: Final = 4000
 
 # Exception class names (anywhere in the MRO) the harness or fixtures may raise for a
 # missing capability; matched by name so the suite does not depend on where they live.
-_CAPABILITY_MISSING_NAMES: Final = frozenset({"CapabilityMissing", "Unsupported"})
+_CAPABILITY_MISSING_NAMES: Final = frozenset(
+    {"CapabilityMissing", "Unsupported", "EnvironmentFaultUnavailable"}
+)
 
 
 class _HasCapabilities(Protocol):
@@ -137,9 +139,7 @@ def judge_exception(when: str, exc: BaseException, text: str) -> Judgement:
     if when == "setup":
         # A fixture could not stage the test (the implementation does not load, a
         # workdir cannot be made): nothing about the clause was judged.
-        return Judgement(
-            Verdict.ERROR, _clip(f"setup failed (no verdict reached): {text}")
-        )
+        return Judgement(Verdict.ERROR, _clip(f"setup failed (no verdict reached): {text}"))
     if type(exc).__name__ == "RankGroupFailure":
         return _judge_group_failure(exc)
     if isinstance(exc, AssertionError | pytest.fail.Exception):

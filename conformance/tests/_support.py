@@ -20,10 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-try:
-    from tpbcast.harness import rogue_peer, rogue_root
-except ImportError:  # pragma: no cover - until the harness façade exports them
-    from tpbcast.harness._rogue import rogue_peer, rogue_root
+from tpbcast.harness import rogue_peer, rogue_root
 
 __all__ = ["rogue_peer", "rogue_root"]
 
