@@ -128,7 +128,11 @@ def killpg_quiet(pgid: int, sig: int) -> None:
 
 
 def list_group_members(pgids: set[int]) -> list[int]:
-    """Pids whose process group is one of ``pgids`` (scans /proc; only on the bad path)."""
+    """Live (non-zombie) pids whose process group is one of ``pgids``.
+
+    Scans /proc, so only on the bad path. Zombies are dead: an orphan's zombie waits for
+    whoever reaps orphans (PID 1 or a subreaper), which in containers may be never.
+    """
     members = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -140,6 +144,6 @@ def list_group_members(pgids: set[int]) -> list[int]:
             continue
         # Fields after the ")" that ends the command name: state ppid pgrp ...
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) in pgids:
+        if len(fields) > 2 and int(fields[2]) in pgids and fields[0] not in (b"Z", b"X"):
             members.append(int(name))
     return sorted(members)

@@ -20,6 +20,7 @@ from ._context import RankContext
 from ._faults import PlannedFault
 from ._forksafety import make_rank_torch_safe
 from ._mesh import Mesh
+from ._workdir import disable_pooling
 from ._proc import (
     PR_SET_PDEATHSIG_KILL,
     describe_fd,
@@ -169,8 +170,9 @@ def _run(
     #    sends it to hung ranks); crashes (SIGSEGV, SIGABRT, ...) -> stack on stderr.
     faulthandler.register(signal.SIGUSR1, file=stk, all_threads=True, chain=False)
     faulthandler.enable(file=2, all_threads=True)
-    # 6. The torch fork hazard (see _forksafety).
+    # 6. The torch fork hazard (see _forksafety); nested groups clean up after themselves.
     make_rank_torch_safe()
+    disable_pooling()
     # 7. The target, with the fd snapshot around it when asked.
     writer = RecordWriter(res)
     ctx = RankContext(

@@ -27,6 +27,7 @@ __all__ = [
     "WORKDIR_PREFIX",
     "WORKDIR_ROOT_ENV",
     "Workdir",
+    "disable_pooling",
     "release_workdirs",
 ]
 
@@ -37,7 +38,12 @@ _SUN_PATH_MAX = 107
 
 
 _POOL: list[tuple[int, str]] = []  # (owner pid, clean private workdir with an empty .tpb)
-_POOL_MAX = 4
+_POOL_MAX = [4]  # set to 0 in ranks: they end in os._exit, which skips the atexit cleanup
+
+
+def disable_pooling() -> None:
+    """Called in every rank: a nested group's workdir must not outlive the rank."""
+    _POOL_MAX[0] = 0
 _atexit_registered: list[bool] = []
 
 
@@ -132,7 +138,7 @@ class Workdir:
         if not self.owned:
             shutil.rmtree(self.harness_dir, ignore_errors=True)
             return
-        if clean and len(_POOL) < _POOL_MAX:
+        if clean and len(_POOL) < _POOL_MAX[0]:
             try:
                 for name in os.listdir(self.harness_dir):
                     os.unlink(f"{self.harness_dir}/{name}")

@@ -1,0 +1,174 @@
+"""The rank process environment: dies with its parent, SIGPIPE at default, own process
+group, stdin closed off, output captured at the fd level."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+
+from tpbcast.harness import Status, run_ranks
+
+T = 30.0
+
+FAKE_PYTEST = textwrap.dedent(
+    """
+    import os, sys, time
+    from tpbcast.harness import run_ranks
+
+    def target(ctx, piddir):
+        with open(f"{piddir}/{os.getpid()}", "w") as f:
+            f.write(str(ctx.rank))
+        while True:
+            time.sleep(0.05)
+
+    run_ranks(target, 3, timeout=300, args=(sys.argv[1],))
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie may wait for a reaper forever)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
+def test_ranks_die_when_their_parent_is_sigkilled(tmp_path):
+    piddir = tmp_path / "pids"
+    piddir.mkdir()
+    root = tempfile.mkdtemp(prefix="tpbk-", dir="/tmp")  # the killed runner cannot clean up
+    script = tmp_path / "fake_pytest.py"
+    script.write_text(FAKE_PYTEST)
+    env = dict(os.environ, TPBCAST_WORKDIR_ROOT=root)
+    proc = subprocess.Popen([sys.executable, str(script), str(piddir)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while len(os.listdir(piddir)) < 3:
+            assert proc.poll() is None, "the fake pytest died before its ranks started"
+            assert time.monotonic() < deadline, "ranks did not start within 60s"
+            time.sleep(0.02)  # polling with a deadline for another process
+        pids = [int(p) for p in os.listdir(piddir)]
+        # 1. The ranks really are alive and are children of the fake pytest.
+        assert all(_alive(p) for p in pids)
+        for p in pids:
+            with open(f"/proc/{p}/stat") as f:
+                assert int(f.read().rsplit(") ", 1)[1].split()[1]) == proc.pid
+        # 2. SIGKILL the runner: no finally clause, no atexit, nothing of ours runs.
+        proc.kill()
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        # 3. PR_SET_PDEATHSIG takes every rank down.
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        survivors = [p for p in pids if _alive(p)]
+        for p in survivors:
+            os.kill(p, signal.SIGKILL)
+        assert survivors == [], f"ranks outlived their SIGKILLed parent: {survivors}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def writes_to_closed_pipe(ctx):
+    r, w = os.pipe()
+    os.close(r)
+    os.write(w, b"nobody listens")
+    return "unreachable with SIGPIPE at SIG_DFL"
+
+
+def test_sigpipe_is_default_in_ranks():
+    o = run_ranks(writes_to_closed_pipe, 1, timeout=T).outcomes[0]
+    assert o.status is Status.SIGNALED
+    assert o.signal_name == "SIGPIPE"
+
+
+def test_sigpipe_inherit_keeps_pythons_ignore_and_gives_epipe():
+    assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN  # Python's own default
+    o = run_ranks(writes_to_closed_pipe, 1, timeout=T, sigpipe="inherit").outcomes[0]
+    assert o.status is Status.RAISED
+    assert o.exc_type == "BrokenPipeError"
+    assert "Errno 32" in o.exc_message
+
+
+def test_parent_handlers_do_not_run_in_ranks():
+    fired = []
+    old = signal.signal(signal.SIGUSR2, lambda *a: fired.append(1))
+    try:
+
+        def target(ctx):
+            return signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+
+        assert run_ranks(target, 1, timeout=T).outcomes[0].value is True
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+
+
+def process_facts(ctx):
+    return {
+        "pgid": os.getpgid(0),
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "stdin": os.readlink("/proc/self/fd/0"),
+        "stdout_fd": sys.stdout.fileno(),
+    }
+
+
+def test_each_rank_leads_its_own_process_group():
+    result = run_ranks(process_facts, 2, timeout=T)
+    for o in result.outcomes:
+        facts = o.value
+        assert facts["pgid"] == facts["pid"] == o.pid
+        assert facts["ppid"] == os.getpid()
+        assert facts["stdin"] == "/dev/null"
+        assert facts["stdout_fd"] == 1
+
+
+def test_c_level_output_is_captured():
+    def target(ctx):
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.printf(b"from C printf\n")
+        libc.fflush(None)
+        sys.stdout.buffer.write(b"via buffer\n")
+
+    o = run_ranks(target, 1, timeout=T).outcomes[0]
+    assert "from C printf" in o.stdout and "via buffer" in o.stdout
+
+
+def test_nested_groups_inside_a_rank():
+    def inner(ctx):
+        return ctx.rank
+
+    def outer(ctx):
+        res = run_ranks(inner, 2, timeout=T)
+        return [o.value for o in res.outcomes], res.survivors
+
+    o = run_ranks(outer, 1, timeout=T).outcomes[0]
+    assert o.status is Status.OK, o.traceback
+    assert o.value == ([0, 1], ())
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfd_open")
+def test_group_cost_is_milliseconds_not_seconds():
+    """Not a benchmark (see benchmarks/bench_harness.py): a sanity bound that would catch
+    a sleep-based supervisor (100 ms polls) on an idle box, with a 4x oversubscription
+    margin."""
+    samples = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        run_ranks(process_facts, 2, timeout=T)
+        samples.append(time.perf_counter() - t0)
+    assert min(samples) < 0.5
