@@ -9,8 +9,10 @@ both paths.  ``call`` is rank 0's own ``broadcast_cpu`` duration (no ack).
 Both paths share the same forked ranks and the same gloo group; the UDS
 dispatcher wraps an initialized broadcaster, the fallback dispatcher a fresh,
 never-initialized one (exactly the state that selects the fallback).  Each
-(size, path) block is preceded by one verified broadcast (peers start from
-zeros; every rank compares with rank 0's bytes, drawn from a shared seed).
+path is timed in interleaved blocks of 50 calls (alternating which path goes
+first), so a change in machine load hits both alike.  Each (size, path) is
+preceded by one verified broadcast (peers start from zeros; every rank compares
+with rank 0's bytes, drawn from a shared seed).
 
 Usage::
 
@@ -36,6 +38,7 @@ import time
 from typing import Any
 
 DEADLINE = 300.0  # seconds for one TP group, everything included
+BLOCK = 50  # iterations per interleaved block
 
 
 def _percentile(samples: list[float], q: float) -> float:
@@ -79,8 +82,28 @@ def _rank_main(
     ack_w = acks[rank - 1][1] if rank else -1
     results: dict[str, Any] = {}
     gen = torch.Generator().manual_seed(1234)
+    paths = {"uds": uds, "fallback": fallback}
+
+    def run(dispatcher: Any, buf: Any, count: int, sink: dict[str, list[float]] | None) -> None:
+        for _ in range(count):
+            if rank == 0:
+                t0 = time.perf_counter_ns()
+                dispatcher.broadcast_cpu([buf])
+                t1 = time.perf_counter_ns()
+                for fd in ack_r:
+                    if os.read(fd, 1) != b"\x01":
+                        raise RuntimeError("ack pipe closed: a peer died")
+                t2 = time.perf_counter_ns()
+                if sink is not None:
+                    sink["round_us"].append((t2 - t0) / 1000.0)
+                    sink["call_us"].append((t1 - t0) / 1000.0)
+            else:
+                dispatcher.broadcast_cpu([buf])
+                os.write(ack_w, b"\x01")
+
     for size in sizes:
-        for label, dispatcher in (("uds", uds), ("fallback", fallback)):
+        bufs = {}
+        for label, dispatcher in paths.items():
             buf = torch.zeros(size, dtype=torch.uint8)
             truth = torch.randint(0, 256, (size,), generator=gen, dtype=torch.uint8)
             # verified iteration: rank 0 sends `truth`, peers start from zeros
@@ -90,25 +113,21 @@ def _rank_main(
             assert str(path) == ("uds" if label == "uds" else "collective"), path
             # same seed on every rank, so every rank knows rank 0's bytes
             assert torch.equal(buf, truth), f"rank {rank}: {label} {size} B wrong bytes"
-            rounds: list[float] = []
-            calls: list[float] = []
-            for i in range(warmup + iters):
-                if rank == 0:
-                    t0 = time.perf_counter_ns()
-                    dispatcher.broadcast_cpu([buf])
-                    t1 = time.perf_counter_ns()
-                    for fd in ack_r:
-                        if os.read(fd, 1) != b"\x01":
-                            raise RuntimeError("ack pipe closed: a peer died")
-                    t2 = time.perf_counter_ns()
-                    if i >= warmup:
-                        rounds.append((t2 - t0) / 1000.0)
-                        calls.append((t1 - t0) / 1000.0)
-                else:
-                    dispatcher.broadcast_cpu([buf])
-                    os.write(ack_w, b"\x01")
-            if rank == 0:
-                results[f"{label}/{size}"] = {"round_us": rounds, "call_us": calls}
+            bufs[label] = buf
+            run(dispatcher, buf, warmup, None)
+        sinks: dict[str, dict[str, list[float]]] = {
+            label: {"round_us": [], "call_us": []} for label in paths
+        }
+        # interleaved blocks, alternating which path goes first, so a change in
+        # machine load hits both paths alike
+        blocks = max(1, iters // BLOCK)
+        for block in range(blocks):
+            order = list(paths) if block % 2 == 0 else list(reversed(paths))
+            for label in order:
+                run(paths[label], bufs[label], iters // blocks, sinks[label])
+        if rank == 0:
+            for label in paths:
+                results[f"{label}/{size}"] = sinks[label]
     uds.teardown()
     fallback.teardown()
     return results
@@ -199,10 +218,16 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch  # noqa: F401  - imported once here so forked ranks inherit it (no op runs)
 
-    report: dict[str, Any] = {"cpus": os.cpu_count(), "iters": args.iters, "groups": {}}
+    report: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "iters": args.iters,
+        "loadavg_before": os.getloadavg()[0],
+        "groups": {},
+    }
     print(
         f"broadcast_cpu latency, {args.iters} iterations after {args.warmup} warm-up, "
-        f"{os.cpu_count()} CPUs; round = dispatch on every rank + 1-byte ack (us)"
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
+        "round = dispatch on every rank + 1-byte ack (us)"
     )
     header = (
         f"{'TP':>3} {'size':>6} | {'UDS med':>8} {'UDS p99':>8} | {'fallback med':>12} "

@@ -499,7 +499,8 @@ class RecordingEngine:
         return self._inner.name
 
     def broadcast(self, tensors: Sequence[Any], root: int, group: Any) -> None:
-        self._recorder.note(COLLECTIVE, sum(tensor_nbytes(t) for t in tensors))
+        nbytes = sum(tensor_nbytes(t) for t in tensors if hasattr(t, "element_size"))
+        self._recorder.note(COLLECTIVE, nbytes)
         self._inner.broadcast(tensors, root, group)
 
     def sync_communication(self) -> None:
