@@ -76,19 +76,19 @@ def _raw_peer(base_path: str, data: bytes, *, hang_up: bool = False, hold: Event
 @pytest.mark.parametrize(
     ("world_size", "announced", "match"),
     [
-        (2, 9, "bad peer rank 9 (world_size 2)"),
-        (4, -1, "bad peer rank -1 (world_size 4)"),
-        (2, 0, "bad peer rank 0 (world_size 2)"),
-        (2, 0x7FFFFFFF, "bad peer rank 2147483647 (world_size 2)"),
+        (2, pack_rank(9), "bad peer rank 9 (world_size 2)"),
+        (4, pack_rank(-1), "bad peer rank -1 (world_size 4)"),
+        (2, pack_rank(0), "bad peer rank 0 (world_size 2)"),
+        (2, b"GET ", "bad peer rank 542393671 (world_size 2)"),  # garbage: an HTTP client
     ],
 )
 def test_rank0_rejects_bad_peer_rank(
-    base_path: str, world_size: int, announced: int, match: str
+    base_path: str, world_size: int, announced: bytes, match: str
 ) -> None:
     root, peer = fork_all(
         [
             _root_expecting_failure(base_path, world_size),
-            _raw_peer(base_path, pack_rank(announced)),
+            _raw_peer(base_path, announced),
         ]
     )
     assert values([peer]) == [b""]  # the raw peer sent its bytes and saw the close

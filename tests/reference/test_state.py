@@ -25,7 +25,7 @@ from tpbcast.reference_impl import (
 )
 from tpbcast.reference_impl.conformance_adapter import CAPABILITIES, make
 
-from ._forkrun import run_group, values
+from ._forkrun import Event, run_group, values
 from ._helpers import fast_config
 
 
@@ -340,3 +340,46 @@ def test_adapter_loads_through_the_harness_contract() -> None:
     assert impl.name == "tpbcast-reference"
     assert impl.capabilities == CAPABILITIES
     assert all(impl.supports(cap) for cap in CAPABILITIES)
+
+
+def test_overlapping_calls_are_refused_not_interleaved(base_path: str) -> None:
+    """A second thread may not write into the stream while a broadcast is running."""
+    tried = Event()
+    size = 8 << 20
+
+    def rank_main(rank: int) -> str:
+        import threading
+        import time
+
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(rank, 2, base_path)
+        if rank == 1:
+            tried.wait()  # rank 0 stays blocked in its write until then
+            b.broadcast(bytearray(size))
+            b.reset()
+            return "peer"
+        refused: list[BaseException] = []
+
+        def other_thread() -> None:
+            deadline = time.monotonic() + 10
+            while b._busy != "broadcast" and time.monotonic() < deadline:  # white-box
+                time.sleep(0.001)
+            for call in (lambda: b.broadcast(bytearray(1)), b.reset):
+                try:
+                    call()
+                except BroadcastError as exc:
+                    refused.append(exc)
+            tried.notify()
+
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        b.broadcast(bytearray(size))  # blocks: the peer reads only after `tried`
+        worker.join(10)
+        assert b.statistics().bytes_sent == size and not b.statistics().broken
+        b.reset()
+        return " | ".join(str(e) for e in refused)
+
+    text, peer = values(run_group(rank_main, 2))
+    assert peer == "peer"
+    assert "broadcast() called while broadcast() is running" in text
+    assert "reset() called while broadcast() is running" in text
