@@ -16,6 +16,10 @@ review findings fixed on purpose:
   exactly once each per call (the review caught a fallback that lost its sync).
   How several buffers become one collective is the engine's job; see
   :mod:`._engines` (packed back to back into one staging tensor).
+- The path is picked per call from ``broadcaster.is_initialized()``, as upstream
+  does.  A broadcaster that broke mid-stream stays initialized, so the call
+  raises ``BrokenBroadcasterError`` instead of quietly switching to the
+  collective on this rank alone (which would desynchronise the group).
 
 Bootstrap policy (:func:`bootstrap`): UDS only when ``1 < tp_size <=
 local_world_size``; every rank tries, then all ranks agree through the process
@@ -151,6 +155,8 @@ class CpuBroadcastDispatcher:
     :param group: the TP process group for the collective (None = the
         engine's own group, else the default group).
     :param rank: this rank, used only to name it in error messages.
+
+    Not thread-safe, like the engine loop it models: one caller at a time.
     """
 
     def __init__(
