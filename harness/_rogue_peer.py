@@ -48,6 +48,28 @@ def _peer_send(rec: _Recorder, sock: socket.socket, data: bytes, deadline: Deadl
     rec.act("send", len(data), data)
 
 
+def _send_fault(
+    rec: _Recorder, sock: socket.socket, data: bytes, deadline: Deadline
+) -> dict[str, Any] | None:
+    """Send the fault's bytes; if rank 0 already dropped us, that is its reaction.
+
+    An implementation may refuse a peer before reading it (e.g. on SO_PEERCRED):
+    the send then fails with EPIPE/ECONNRESET.  That is an observation, not a
+    rogue failure, so the report says ``reaction`` (and ``sent`` is short) instead
+    of raising.  Returns the reaction fields, or None when all bytes went out.
+    """
+    try:
+        send_all(sock, data, deadline, what="rogue peer send")
+    except WireError as exc:
+        if exc.how != "closed":
+            raise rec.fail(f"could not send {len(data)} byte(s)", exc) from exc
+        rec.act("send_refused", 0, b"", note=str(exc))
+        return _watch_peer(rec, sock, 0.0)
+    rec.sent += data
+    rec.act("send", len(data), data)
+    return None
+
+
 def _watch_peer(
     rec: _Recorder, sock: socket.socket, observe: float, stop_after: int | None = None
 ) -> dict[str, Any]:
@@ -98,8 +120,9 @@ def peer_send_raw(
     rec = _Recorder("peer", behaviour, address)
     deadline = Deadline.after(timeout)
     with _peer_connect(rec, address, deadline, buffer_size) as sock:
-        if data:
-            _peer_send(rec, sock, data, deadline)
+        refused = _send_fault(rec, sock, data, deadline) if data else None
+        if refused is not None:
+            return rec.report(**refused)
         return rec.report(**_finish_then(rec, sock, then, observe))
 
 
@@ -122,7 +145,9 @@ def peer_announce(
     rec = _Recorder("peer", f"announce({rank})", address)
     deadline = Deadline.after(timeout)
     with _peer_connect(rec, address, deadline, buffer_size) as sock:
-        _peer_send(rec, sock, pack_rank(rank), deadline)
+        refused = _send_fault(rec, sock, pack_rank(rank), deadline)
+        if refused is not None:
+            return rec.report(**refused)
         return rec.report(**_watch_peer(rec, sock, observe, stop_after=1))
 
 
@@ -257,8 +282,8 @@ def peer_handshake(
     rec = _Recorder("peer", f"handshake({rank})", address)
     deadline = Deadline.after(timeout)
     with _peer_connect(rec, address, deadline, buffer_size) as sock:
-        _peer_send(rec, sock, pack_rank(rank), deadline)
-        fields = _watch_peer(rec, sock, observe, stop_after=1)
+        refused = _send_fault(rec, sock, pack_rank(rank), deadline)
+        fields = refused or _watch_peer(rec, sock, observe, stop_after=1)
         sock.close()
         rec.act("close")
         return rec.report(**fields)

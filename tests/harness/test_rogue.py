@@ -577,3 +577,34 @@ def test_duplicate_rank_peers(base):
     assert [link.announced for link in root.links] == [rank_bytes(1), rank_bytes(1)]
     assert p1.sent == p2.sent == rank_bytes(1)
     assert p1.reaction is p2.reaction is CloseKind.EOF
+
+
+def test_a_refused_send_is_a_reaction_not_a_rogue_failure():
+    from tpbcast.harness import _rogue_peer, _rogue_report
+    from tpbcast.harness._wire import Deadline
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    b.close()  # rank 0 dropped us before reading anything
+    rec = _rogue_report._Recorder("peer", "announce(1)", "/x_0.sock")
+    with a:
+        fields = _rogue_peer._send_fault(rec, a, rank_bytes(1), Deadline.after(10.0))
+    assert fields is not None
+    assert fields["reaction"] in {CloseKind.EOF, CloseKind.RESET}
+    report = rec.report(**fields)
+    assert report.did("send_refused") and report.sent == b""
+    assert "EPIPE" in report.actions[0].note
+
+
+def test_peer_announce_to_a_root_that_drops_it_unread(base):
+    mini = MiniRoot(base)
+
+    def rude_root():
+        mini.accept().close()  # no read: the announcement may or may not be sent yet
+
+    try:
+        _, peer = run_all(rude_root, lambda: r.peer_announce(base, 1, observe=JOIN))
+    finally:
+        mini.close()
+    assert isinstance(peer, r.RogueReport)  # never a RogueError: this is the reaction
+    assert peer.reaction in {CloseKind.EOF, CloseKind.RESET}
+    assert peer.probe is None
