@@ -378,6 +378,10 @@ def suite_from_json(doc: Mapping[str, Any], spec: Spec | None = None) -> SuiteRe
 # -------------------------------------------------------------------------------------------
 
 
+def _seed(suite: SuiteResult) -> str:
+    return "not recorded" if suite.seed is None else str(suite.seed)
+
+
 def _headline(suite: SuiteResult) -> str:
     fails = suite.must_failures
     if suite.unknown_clause_ids:
@@ -415,7 +419,7 @@ def render_report_markdown(
             f"- Implementation: `{impl.spec or impl.name}`, version {impl.version or 'unknown'}",
             f"- Capabilities: {', '.join(sorted(impl.capabilities)) or 'none declared'}",
             f"- Spec: {suite.spec_label}; started {suite.started.isoformat(timespec='seconds')}; "
-            f"duration {suite.duration:.1f} s; seed {suite.seed}",
+            f"duration {suite.duration:.1f} s; seed {_seed(suite)}",
             "",
             "| level | " + " | ".join(v.value for v in Verdict) + " |",
             "|---|" + "---:|" * len(Verdict),
@@ -464,7 +468,7 @@ a { color: #0969da; text-decoration: none; } a:hover { text-decoration: underlin
 .run h3 { margin: 0 0 6px; font-size: 16px; }
 dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px;
   margin: 0 0 10px; }
-dl.meta dt { color: var(--muted); } dl.meta dd { margin: 0; word-break: break-all; }
+dl.meta dt { color: var(--muted); } dl.meta dd { margin: 0; overflow-wrap: anywhere; }
 table { border-collapse: collapse; width: 100%; }
 th, td { border: 1px solid var(--line); padding: 5px 8px; vertical-align: top;
   text-align: left; }
@@ -521,7 +525,7 @@ def _run_card(suite: SuiteResult) -> str:
         ("Spec", suite.spec_label),
         ("Started", suite.started.isoformat(timespec="seconds")),
         ("Duration", f"{suite.duration:.1f} s"),
-        ("Seed", "" if suite.seed is None else str(suite.seed)),
+        ("Seed", _seed(suite)),
         ("Exit status", str(exit_status(suite))),
     ]
     dl = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in meta)
