@@ -543,9 +543,17 @@ def _render_index(spec: Spec) -> list[str]:
     out.append("")
     out.append("### Clause index")
     out.append("")
-    out.append("| id | level | title |")
-    out.append("|---|---|---|")
-    out.extend(f"| [{c.id}](#{c.anchor}) | {c.level} | {_md(c.title)} |" for c in spec)
+    out.append(
+        "Upstream is RTP-LLM HEAD's behaviour; a clause of scope *reference* is marked (ref)."
+    )
+    out.append("")
+    out.append("| id | level | title | upstream |")
+    out.append("|---|---|---|---|")
+    out.extend(
+        f"| [{c.id}](#{c.anchor}) | {c.level}{'' if c.suite_testable else ' (ref)'} | "
+        f"{_md(c.title)} | {c.upstream or ''} |"
+        for c in spec
+    )
     out.append("")
     return out
 
