@@ -21,6 +21,7 @@ process dying: the kernel closes a dead process's fds the same way.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
@@ -134,22 +135,37 @@ class RogueTarget:
         return report
 
 
-def _lookup(role: str, table: Mapping[str, object], behaviour: str) -> None:
+def _lookup(
+    role: str,
+    table: Mapping[str, Callable[..., RogueReport]],
+    behaviour: str,
+    kwargs: Mapping[str, Any],
+) -> None:
+    """Check the name and the keyword arguments now, in the test, not later in a rank."""
     if behaviour not in table:
         known = ", ".join(sorted(table))
         raise ValueError(f"unknown rogue {role} behaviour {behaviour!r}; known: {known}")
+    signature = inspect.signature(table[behaviour])
+    try:
+        signature.bind_partial("<base_path>", **kwargs)
+    except TypeError as exc:
+        raise TypeError(
+            f"rogue {role} {behaviour!r}: {exc}; its signature is {behaviour}{signature}"
+        ) from None
 
 
 def rogue_peer(behaviour: str, /, **kwargs: Any) -> RogueTarget:
     """A rank target playing rogue peer ``behaviour`` (a key of :data:`PEER_BEHAVIOURS`).
 
-    Example: ``run_ranks(..., )`` with rank 1 running ``rogue_peer("announce", rank=-1)``.
+    ``kwargs`` are checked against the behaviour's signature here, so a typo fails in
+    the test body rather than inside a forked rank.  Example target for rank 1:
+    ``rogue_peer("announce", rank=-1, observe=5.0)``.
     """
-    _lookup("peer", PEER_BEHAVIOURS, behaviour)
+    _lookup("peer", PEER_BEHAVIOURS, behaviour, kwargs)
     return RogueTarget("peer", behaviour, dict(kwargs))
 
 
 def rogue_root(behaviour: str, /, **kwargs: Any) -> RogueTarget:
     """A rank target playing rogue root ``behaviour`` (a key of :data:`ROOT_BEHAVIOURS`)."""
-    _lookup("root", ROOT_BEHAVIOURS, behaviour)
+    _lookup("root", ROOT_BEHAVIOURS, behaviour, kwargs)
     return RogueTarget("root", behaviour, dict(kwargs))

@@ -608,3 +608,11 @@ def test_peer_announce_to_a_root_that_drops_it_unread(base):
     assert isinstance(peer, r.RogueReport)  # never a RogueError: this is the reaction
     assert peer.reaction in {CloseKind.EOF, CloseKind.RESET}
     assert peer.probe is None
+
+
+def test_rogue_kwargs_are_checked_in_the_test_not_in_the_rank():
+    with pytest.raises(TypeError, match=r"rogue peer 'announce': .*'rnak'.*signature is announce"):
+        r.rogue_peer("announce", rnak=1)
+    with pytest.raises(TypeError, match="rogue root 'wrong_probe'"):
+        r.rogue_root("wrong_probe", probe_byte=0x13)
+    assert r.rogue_root("never_accepts", hold=0.1).kwargs == {"hold": 0.1}
