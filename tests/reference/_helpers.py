@@ -9,6 +9,7 @@ itself.
 from __future__ import annotations
 
 import errno
+import importlib.util
 import os
 import random
 import select
@@ -16,9 +17,25 @@ import socket
 import struct
 import time
 
+import pytest
+
 from tpbcast.reference_impl import BroadcasterConfig
 
 RAW_PROBE = b"\x5a"
+
+
+def have(module: str) -> bool:
+    """Whether ``module`` is installed, WITHOUT importing it in this (forking) process.
+
+    ``pytest.importorskip("torch")`` would import torch in the pytest parent;
+    the ranks import it themselves after the fork (DESIGN.md: never let torch's
+    thread pools exist in a process that forks ranks).
+    """
+    return importlib.util.find_spec(module) is not None
+
+
+needs_numpy = pytest.mark.skipif(not have("numpy"), reason="numpy is not installed")
+needs_torch = pytest.mark.skipif(not have("torch"), reason="torch is not installed")
 
 
 def fast_config(**changes: object) -> BroadcasterConfig:

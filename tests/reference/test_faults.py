@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+
 from tpbcast.reference_impl import (
     BroadcastTimeoutError,
     BrokenBroadcasterError,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+
 from tpbcast.reference_impl import CpuTpBroadcaster
 
 from ._forkrun import fork_all, values

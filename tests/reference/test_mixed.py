@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+
 from tpbcast.reference_impl import CpuTpBroadcaster
 
 from ._forkrun import Event, fork_all, values

@@ -6,10 +6,11 @@ import array
 import hashlib
 
 import pytest
+
 from tpbcast.reference_impl import ConfigurationError, CpuTpBroadcaster
 
 from ._forkrun import run_group, values
-from ._helpers import fast_config, payload
+from ._helpers import fast_config, needs_numpy, needs_torch, payload
 
 SIZES = (0, 1, 7, 4099, 65537, 8 << 20)
 
@@ -68,9 +69,8 @@ def test_several_buffers_go_back_to_back(base_path: str) -> None:
     assert values(run_group(rank_main, 3)) == [True] * 3
 
 
+@needs_numpy
 def test_numpy_arrays_contiguous_and_not(base_path: str) -> None:
-    pytest.importorskip("numpy")
-
     def rank_main(rank: int) -> bool:
         import numpy as np
 
@@ -110,9 +110,8 @@ def test_numpy_arrays_contiguous_and_not(base_path: str) -> None:
     assert values(run_group(rank_main, 2)) == [True, True]
 
 
+@needs_torch
 def test_torch_tensors_contiguous_and_not(base_path: str) -> None:
-    pytest.importorskip("torch")
-
     # torch is imported only inside the forked ranks: never in the pytest parent.
     def rank_main(rank: int) -> bool:
         import torch

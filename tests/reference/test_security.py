@@ -9,6 +9,7 @@ import socket
 import stat
 
 import pytest
+
 from tpbcast.reference_impl import (
     ConfigurationError,
     CpuTpBroadcaster,

@@ -8,6 +8,7 @@ import pickle
 import types
 
 import pytest
+
 import tpbcast.reference_impl as ref
 from tpbcast.reference_impl import (
     BroadcasterConfig,
@@ -26,7 +27,7 @@ from tpbcast.reference_impl import (
 from tpbcast.reference_impl.conformance_adapter import CAPABILITIES, make
 
 from ._forkrun import Event, run_group, values
-from ._helpers import fast_config
+from ._helpers import fast_config, needs_numpy
 
 
 def test_broadcast_before_initialize_raises() -> None:
@@ -306,9 +307,8 @@ def test_reinit_rules_in_a_group(short_dir: str) -> None:
     assert values(run_group(rank_main, 2)) == [[b"a", b"a", b"b"]] * 2
 
 
+@needs_numpy
 def test_unusable_buffers_are_refused_without_breaking_the_stream(base_path: str) -> None:
-    pytest.importorskip("numpy")
-
     def rank_main(rank: int) -> bytes:
         import numpy as np
 
