@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from tpbcast.harness import _adapter as a
 
 GOOD = """

@@ -14,6 +14,7 @@ import tempfile
 import time
 
 import pytest
+
 from tpbcast.harness import _environment as env
 
 

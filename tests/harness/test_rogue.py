@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+
 from tpbcast.harness import _rogue as r
 from tpbcast.harness._wire import CloseKind
 

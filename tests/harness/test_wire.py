@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+
 from tpbcast.harness import _wire as w
 
 MARGIN = 5.0  # generous: a 4x oversubscribed 2-core box must not make these flaky
