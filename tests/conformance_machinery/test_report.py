@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 import tpbcast.conformance as facade
 from tpbcast.conformance import (
     CheckResult,

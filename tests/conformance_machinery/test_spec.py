@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tpbcast.conformance import spec as spec_mod
 from tpbcast.conformance.spec import (
     AREAS,
@@ -277,3 +278,25 @@ def test_module_entry_point_checks_the_packaged_spec_md() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "RuntimeWarning" not in proc.stderr  # the lazy facade avoids a double import
+
+
+# ------------------------------------------------------------------------- stable ids
+
+ID_LOCK = Path(__file__).with_name("clause_ids.lock")
+
+
+def test_published_ids_are_never_dropped_or_renumbered(spec: Spec) -> None:
+    """Every id ever published stays in the registry or moves to ``[spec] retired``.
+
+    Tests and archived reports cite ids; deleting or renumbering one silently changes what
+    an old report means.  New clauses must be appended to the lock file as well.
+    """
+    locked = ID_LOCK.read_text(encoding="utf-8").split()
+    retired = {r.id for r in spec.retired}
+    dropped = [cid for cid in locked if cid not in spec and cid not in retired]
+    assert not dropped, f"ids dropped without retiring them: {dropped}"
+    new = [cid for cid in spec.ids if cid not in locked]
+    assert not new, (
+        f"new clause ids {new}: append them to {ID_LOCK.name} "
+        "(python -m tpbcast.conformance.spec --list | awk '{print $1}')"
+    )
