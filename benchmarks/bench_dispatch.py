@@ -58,6 +58,7 @@ def _rank_main(
     warmup: int,
 ) -> dict[str, Any]:
     import torch
+
     from tpbcast.reference_impl._broadcaster import CpuTpBroadcaster
     from tpbcast.reference_impl._config import BroadcasterConfig
     from tpbcast.reference_impl._dispatch import CpuBroadcastDispatcher, bootstrap

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
+
 from tpbcast.reference_impl._dispatch import (
     BootstrapFallbackWarning,
     CpuBroadcastDispatcher,
@@ -164,6 +166,54 @@ def test_late_fault_on_one_rank_resets_the_ranks_that_succeeded():
         assert res["socket_left"] is False
         assert res["fallback_ok"] is True
         assert [e[0] for e in res["events"]] == ["collective", "sync_communication", "device_sync"]
+
+
+class _DieAfterHandshake(_FaultAfterHandshake):
+    """The real broadcaster; the process exits right after a successful handshake."""
+
+    def initialize(self, rank, world_size, base_path, **kwargs):
+        self.inner.initialize(rank, world_size, base_path, **kwargs)
+        os._exit(DEATH_CODE if self.inner.is_initialized() else DEATH_CODE + 1)
+
+
+DEATH_CODE = 7
+
+
+def _death_rank(ctx: RankContext) -> dict[str, object]:
+    from tpbcast.reference_impl._broadcaster import CpuTpBroadcaster
+    from tpbcast.reference_impl._dispatch import BootstrapConsensusError
+
+    real = CpuTpBroadcaster(_stack.FAST)
+    bcast = _DieAfterHandshake(real) if ctx.rank == FAILING_RANK else real
+    stack = _stack.make_stack(ctx)
+    stack.dispatcher = CpuBroadcastDispatcher(bcast, stack.engine, rank=ctx.rank)
+    try:
+        bootstrap(
+            stack.dispatcher,
+            tp_rank=ctx.rank,
+            tp_size=ctx.world_size,
+            local_world_size=ctx.world_size,
+            base_path=ctx.base_path,
+            config=_stack.FAST,
+        )
+    except BootstrapConsensusError as exc:
+        return {"error": str(exc), "initialized": real.is_initialized(), "phase": exc.phase}
+    finally:
+        stack.dispatcher.teardown()
+    return {"error": None, "initialized": real.is_initialized(), "phase": None}
+
+
+def test_rank_death_during_consensus_leaves_no_rank_on_uds():
+    """A rank dies after its handshake: the others raise, with their broadcaster reset."""
+    results = run_forked(_death_rank, 3, timeout=60)
+    dead = results[FAILING_RANK]
+    # the fault happened, and only after the wire bootstrap had succeeded
+    assert (dead.status, dead.exit_code) == ("exited", DEATH_CODE), dead.describe()
+    for rank in (0, 1):
+        res = values([results[rank]])[0]
+        assert res["phase"] == "bootstrap-consensus", res
+        assert "consensus collective (init) failed" in res["error"]
+        assert res["initialized"] is False, f"rank {rank} left on UDS"
 
 
 def _layout_disagreement_rank(ctx: RankContext) -> dict[str, object]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tpbcast.reference_impl._dispatch import make_dispatch_adapter
 from tpbcast.reference_impl._engines import (
     CollectiveEngine,

@@ -7,6 +7,7 @@ real UDS broadcaster; the recorder only observes the real engine.
 from __future__ import annotations
 
 import pytest
+
 from tpbcast.reference_impl._dispatch import DispatchPath, bootstrap
 
 from . import _stack
