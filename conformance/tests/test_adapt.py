@@ -1,0 +1,67 @@
+"""ADAPT: the adapter contract itself (DESIGN.md, "Adapter contract")."""
+
+from __future__ import annotations
+
+import pytest
+
+from . import _support as s
+
+MEMBERS = ("initialize", "broadcast", "reset", "is_initialized")
+
+# What each capability promises (DESIGN.md); behaviour is judged by the clauses citing it.
+PROMISED = {
+    "deadlines": ("set_deadlines",),
+    "generation": ("generation",),
+    "abstract_namespace": ("set_abstract_namespace",),
+    "dispatch": ("make_dispatcher",),
+}
+
+
+def _probe(impl):
+    bcast = impl.create()
+    members = {name: callable(getattr(bcast, name, None)) for name in MEMBERS}
+    promised = {
+        cap: {m: hasattr(bcast, m) for m in PROMISED.get(cap, ())} for cap in impl.capabilities
+    }
+    generation = getattr(bcast, "generation", None) if "generation" in impl.capabilities else 0
+    return members, bcast.is_initialized(), promised, type(generation).__name__, (
+        getattr(bcast, "name", None),
+        getattr(bcast, "version", None),
+    )
+
+
+@pytest.mark.clause("ADAPT-1")
+def test_factory_returns_the_four_members(tpbcast_run, tpbcast_impl):
+    members, initialized, *_ = tpbcast_run(lambda ctx: _probe(tpbcast_impl), 1).outcomes[0].value
+    assert all(members.values()), s.clause(
+        "ADAPT-1", "the factory's object has initialize/broadcast/reset/is_initialized", members
+    )
+    assert initialized is False, s.clause(
+        "ADAPT-1", "a fresh object is not initialized (is_initialized() is False)", initialized
+    )
+
+
+@pytest.mark.clause("ADAPT-2")
+def test_declared_capabilities_have_their_members(tpbcast_run, tpbcast_impl):
+    _, _, promised, generation_type, _ = tpbcast_run(
+        lambda ctx: _probe(tpbcast_impl), 1
+    ).outcomes[0].value
+    missing = {cap: [m for m, ok in ms.items() if not ok] for cap, ms in promised.items()}
+    missing = {cap: ms for cap, ms in missing.items() if ms}
+    assert not missing, s.clause(
+        "ADAPT-2", "each declared capability provides the members it promises", missing
+    )
+    if "generation" in tpbcast_impl.capabilities:
+        assert generation_type == "int", s.clause("ADAPT-2", "generation is an int", generation_type)
+
+
+@pytest.mark.clause("ADAPT-3")
+def test_name_and_version_for_the_report(tpbcast_run, tpbcast_impl):
+    *_, (name, version) = tpbcast_run(lambda ctx: _probe(tpbcast_impl), 1).outcomes[0].value
+    assert isinstance(name, str) and name, s.clause("ADAPT-3", "a non-empty name string", name)
+    assert isinstance(version, str) and version, s.clause(
+        "ADAPT-3", "a non-empty version string", version
+    )
+    assert tpbcast_impl.name == name and tpbcast_impl.version == version, s.clause(
+        "ADAPT-3", "the report shows the implementation's own name/version", tpbcast_impl
+    )

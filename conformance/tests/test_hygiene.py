@@ -1,0 +1,212 @@
+"""HYG: nothing left behind (processes, socket files, fds, threads, signal handlers)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from . import _support as s
+from ._support import rogue_peer
+
+
+def _lifecycle(ctx, impl):
+    """init, broadcast, reset: the whole life of an instance."""
+    bcast = s.make(impl, init=10.0, connect=10.0)
+    bcast.initialize(ctx.rank, ctx.world_size, ctx.base_path)
+    s.group_roundtrip(ctx, bcast, [1000, 0, 5])
+    ctx.sync("done")
+    bcast.reset()
+
+
+@pytest.mark.clause("HYG-1", "HYG-2", "HYG-3")
+@pytest.mark.world_size(2, 4)
+def test_normal_life_leaves_nothing(tpbcast_run, tpbcast_impl, world_size):
+    result = tpbcast_run(
+        lambda ctx: _lifecycle(ctx, tpbcast_impl), check_fds=True, timeout=s.GROUP_TIMEOUT
+    )
+    s.assert_no_survivors(result)
+    s.assert_no_leftovers(result)
+    leaks = {o.rank: o.leaked_fds for o in result.outcomes if o.leaked_fds}
+    assert not leaks, s.clause("HYG-3", "after reset the fds are those before initialize", leaks)
+
+
+@pytest.mark.clause("HYG-1", "HYG-2", "HYG-3")
+def test_failed_initialize_and_broadcast_leave_nothing(tpbcast_run, tpbcast_impl):
+    def target(ctx):
+        if ctx.rank == 0:
+            bcast = s.make(tpbcast_impl, init=10.0, io=10.0)
+            failed = s.attempt(bcast.initialize, 0, 2, ctx.base_path)
+            bcast.reset()
+            ctx.notify("again")
+            bcast.initialize(0, 2, ctx.base_path)
+            broken = s.attempt(bcast.broadcast, bytearray(4 * s.MiB))
+            bcast.reset()
+            return failed is not None, broken is not None
+        rogue_peer("announce", rank=0, observe=s.OBSERVE)(ctx)
+        ctx.wait("again", timeout=15)
+        rogue_peer("close_mid_payload", rank=1, after=0)(ctx)
+        return None
+
+    result = tpbcast_run(target, 2, check_fds=True, timeout=s.GROUP_TIMEOUT)
+    assert result.outcomes[0].value == (True, True), "the faults did not happen"
+    s.assert_no_survivors(result)
+    s.assert_no_leftovers(result)
+    assert not result.outcomes[0].leaked_fds, s.clause(
+        "HYG-3", "no fd leaks after failed initialize/broadcast + reset", result.outcomes[0]
+    )
+
+
+@pytest.mark.clause("HYG-1")
+def test_killed_rank_leaves_no_process(tpbcast_run, tpbcast_impl, tpbcast_faults):
+    from tpbcast.harness import Kill
+
+    tpbcast_faults.at(1, "after_init", Kill(signal.SIGKILL))
+
+    def target(ctx):
+        bcast = s.make(tpbcast_impl, io=10.0)
+        bcast.initialize(ctx.rank, 2, ctx.base_path)
+        ctx.point("after_init")
+        s.attempt(bcast.broadcast, bytearray(s.MiB))
+        bcast.reset()
+
+    result = tpbcast_run(
+        target, 2, faults=tpbcast_faults, fail_fast=False, expect_failure=True, timeout=20
+    )
+    assert result.outcomes[1].signal_name == "SIGKILL", "the fault did not happen"
+    s.assert_no_survivors(result)
+
+
+_EXIT_WITHOUT_RESET = """
+import sys
+from tpbcast.harness import load_implementation
+impl = load_implementation(sys.argv[1])
+bcast = impl.create()
+bcast.initialize(0, 2, sys.argv[2])
+buf = bytearray(b"x" * 100)
+bcast.broadcast(buf)
+# no reset(): the interpreter exits normally
+"""
+
+
+@pytest.mark.clause("HYG-4")
+def test_normal_exit_without_reset_leaves_no_socket(tpbcast_run, tpbcast_impl):
+    def target(ctx):
+        if ctx.rank == 0:
+            proc = subprocess.run(
+                [sys.executable, "-c", _EXIT_WITHOUT_RESET, tpbcast_impl.spec, ctx.base_path],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+            ctx.notify("exited")
+            return proc.returncode, proc.stderr.decode()[-2000:], s.kind_of(
+                s.sock_path(ctx.base_path)
+            )
+        bcast = s.make(tpbcast_impl, connect=20.0, init=20.0)
+        bcast.initialize(1, 2, ctx.base_path)
+        bcast.broadcast(bytearray(100))
+        ctx.wait("exited", timeout=30)
+        bcast.reset()
+        return None
+
+    code, err, left = tpbcast_run(target, 2, timeout=40).outcomes[0].value
+    assert code == 0, f"rank 0's interpreter failed: {err}"
+    assert left == "missing", s.clause(
+        "HYG-4", "a rank 0 that exits normally without reset leaves no socket file", left
+    )
+
+
+def _signal_state():
+    """Python-level handlers and the kernel's ignored/caught masks (native handlers too)."""
+    handlers = {}
+    for sig in signal.valid_signals():
+        try:
+            handlers[int(sig)] = repr(signal.getsignal(sig))
+        except (ValueError, OSError):
+            continue
+    masks = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(("SigIgn:", "SigCgt:")):
+                key, value = line.split(":", 1)
+                masks[key] = value.strip()
+    return handlers, masks
+
+
+@pytest.mark.clause("HYG-5")
+def test_signal_dispositions_left_alone(tpbcast_run, tpbcast_impl):
+    def target(ctx):
+        before = _signal_state()
+        bcast = s.make(tpbcast_impl)
+        bcast.initialize(ctx.rank, 2, ctx.base_path)
+        during = _signal_state()
+        s.group_roundtrip(ctx, bcast, [100])
+        bcast.reset()
+        return before, during, _signal_state()
+
+    for outcome in tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes:
+        before, during, after = outcome.value
+        assert before == during == after, s.clause(
+            "HYG-5", f"rank {outcome.rank}: no signal disposition changes", (before[1], after[1])
+        )
+
+
+@pytest.mark.clause("HYG-6")
+def test_waiting_ranks_use_almost_no_cpu(tpbcast_run, tpbcast_impl):
+    wait = 1.0
+
+    def target(ctx):
+        bcast = s.make(tpbcast_impl, connect=20.0, init=20.0, io=20.0)
+        if ctx.rank == 0:
+            cpu0, t0 = time.process_time(), time.monotonic()
+            bcast.initialize(0, 2, ctx.base_path)  # waits ~wait s for the peer
+            init_cpu, init_wall = time.process_time() - cpu0, time.monotonic() - t0
+            ctx.wait("peer_blocked", timeout=10)
+            time.sleep(wait)  # the fault: a slow root; the peer waits in broadcast
+            bcast.broadcast(bytearray(64))
+            bcast.reset()
+            return init_cpu, init_wall
+        time.sleep(wait)  # the fault: a late peer; rank 0 waits in initialize
+        bcast.initialize(1, 2, ctx.base_path)
+        ctx.notify("peer_blocked")
+        cpu0, t0 = time.process_time(), time.monotonic()
+        bcast.broadcast(bytearray(64))
+        out = time.process_time() - cpu0, time.monotonic() - t0
+        bcast.reset()
+        return out
+
+    for outcome in tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes:
+        cpu, wall = outcome.value
+        assert wall >= 0.5 * wait, f"rank {outcome.rank} did not wait ({wall:.2f}s)"
+        assert cpu < 0.25 * wall, s.clause(
+            "HYG-6",
+            f"rank {outcome.rank} waits in the kernel (CPU {cpu:.3f}s over {wall:.2f}s)",
+            cpu,
+        )
+
+
+def _native_threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.clause("HYG-7")
+def test_no_threads_outlive_reset(tpbcast_run, tpbcast_impl):
+    def target(ctx):
+        before = threading.active_count(), _native_threads()
+        bcast = s.make(tpbcast_impl)
+        bcast.initialize(ctx.rank, 2, ctx.base_path)
+        s.group_roundtrip(ctx, bcast, [100])
+        bcast.reset()
+        return before, (threading.active_count(), _native_threads())
+
+    for outcome in tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes:
+        before, after = outcome.value
+        assert before == after, s.clause(
+            "HYG-7", f"rank {outcome.rank}: (python, native) threads after reset", (before, after)
+        )
