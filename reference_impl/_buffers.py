@@ -124,6 +124,20 @@ def _add_ndarray(index: int, array: Any, prepared: PreparedBuffers, *, writable:
         prepared.copy_backs.append(lambda: numpy.copyto(array, temp))
 
 
+def _flat_bytes(view: memoryview, prepared: PreparedBuffers) -> memoryview:
+    """A 1-D unsigned-byte view of a C-contiguous buffer of any format."""
+    if (view.format, view.ndim) == ("B", 1):
+        return view
+    try:
+        return view.cast("B")
+    except TypeError:  # a format memoryview.cast does not know
+        if view.readonly:
+            return memoryview(view.tobytes())  # only the root sends read-only data
+        raw = (ctypes.c_ubyte * view.nbytes).from_buffer(view)
+        prepared.keep_alive.append(raw)
+        return memoryview(raw).cast("B")
+
+
 def _add_buffer(index: int, obj: Any, prepared: PreparedBuffers, *, writable: bool) -> None:
     try:
         view = memoryview(obj)
@@ -137,7 +151,19 @@ def _add_buffer(index: int, obj: Any, prepared: PreparedBuffers, *, writable: bo
             f"buffer {index} ({type(obj).__name__}) is read-only; {_READ_ONLY_HINT}"
         )
     if view.c_contiguous:
-        prepared.views.append(view.cast("B") if (view.format, view.ndim) != ("B", 1) else view)
+        prepared.views.append(_flat_bytes(view, prepared))
+        return
+    if view.ndim == 1 and len(view.format.lstrip("@")) == 1:
+        # A strided 1-D view (e.g. ``memoryview(buf)[::2]``): no numpy needed.
+        temp = bytearray(view.tobytes())
+        prepared.views.append(memoryview(temp))
+        if writable:
+            fmt: Any = view.format  # any native single-character format
+
+            def copy_back() -> None:
+                view[:] = memoryview(temp).cast(fmt)
+
+            prepared.copy_backs.append(copy_back)
         return
     ndarray = _numpy_array_type()
     if ndarray is None:
