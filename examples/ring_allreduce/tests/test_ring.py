@@ -10,6 +10,7 @@ import signal
 
 import pytest
 import ringsum
+
 from tpbcast.harness import Kill, Pause, RankContext, Status
 
 RING_TIMEOUT = 10.0  # ringsum's own per-step deadline in these tests
