@@ -160,3 +160,41 @@ def test_empty_list_guard_on_both_paths(local_world_size):
         assert res["events_after_empty"] == ()
         assert res["real_path"] == want_path
         assert len(res["events_after_real"]) == (1 if want_path == "uds" else 3)
+
+
+def _large_rank(ctx: RankContext, local_world_size: int) -> tuple[str, bool, tuple]:
+    import torch
+
+    stack = _stack.make_stack(ctx)
+    try:
+        bootstrap(
+            stack.dispatcher,
+            tp_rank=ctx.rank,
+            tp_size=ctx.world_size,
+            local_world_size=local_world_size,
+            base_path=ctx.base_path,
+            config=_stack.FAST,
+        )
+        gen = torch.Generator().manual_seed(42)
+        truth = [
+            torch.randint(0, 1 << 30, (3 << 18,), generator=gen, dtype=torch.int32),  # 3 MiB
+            torch.rand(1001, 3, generator=gen, dtype=torch.float64).t(),  # non-contiguous
+        ]
+        buffers = [t.clone() if ctx.rank == 0 else torch.zeros_like(t) for t in truth]
+        path = stack.dispatcher.broadcast_cpu(buffers)
+        ok = all(torch.equal(b, t) for b, t in zip(buffers, truth, strict=True))
+        return str(path), ok, stack.recorder.events
+    finally:
+        stack.dispatcher.teardown()
+
+
+@pytest.mark.parametrize("local_world_size", [3, 1], ids=["uds", "collective"])
+def test_megabyte_payloads_on_both_paths(local_world_size):
+    nbytes = (3 << 20) + 1001 * 3 * 8
+    for path, ok, events in values(run_forked(_large_rank, 3, args=(local_world_size,))):
+        assert ok
+        if local_world_size == 3:
+            assert (path, events) == ("uds", (("uds", nbytes),))
+        else:
+            assert path == "collective"
+            assert events == (("collective", nbytes), ("sync_communication",), ("device_sync",))
