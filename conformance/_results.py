@@ -80,7 +80,9 @@ class CheckResult:
     def __post_init__(self) -> None:
         # Accept the verdict's string form ("FAIL") from untyped callers, keep the enum.
         object.__setattr__(self, "verdict", Verdict(self.verdict))
-        object.__setattr__(self, "clause_ids", tuple(c.upper() for c in self.clause_ids))
+        # Upper-case and de-duplicate (a check citing an id twice counts once), keeping order.
+        ids = tuple(dict.fromkeys(c.upper() for c in self.clause_ids))
+        object.__setattr__(self, "clause_ids", ids)
 
 
 @dataclass(frozen=True)

@@ -102,9 +102,9 @@ def test_clause_result_reports_the_deciding_check(suite: SuiteResult) -> None:
 
 
 def test_check_result_normalises_inputs() -> None:
-    check = CheckResult("t", ("wire-1",), "FAIL")  # type: ignore[arg-type]
+    check = CheckResult("t", ("wire-1", "INIT-2", "WIRE-1"), "FAIL")  # type: ignore[arg-type]
     assert check.verdict is Verdict.FAIL
-    assert check.clause_ids == ("WIRE-1",)
+    assert check.clause_ids == ("WIRE-1", "INIT-2")
     with pytest.raises(ValueError, match="MAYBE"):
         CheckResult("t", ("WIRE-1",), "MAYBE")  # type: ignore[arg-type]
 
