@@ -579,8 +579,24 @@ def _render_area(spec: Spec, area: Area) -> list[str]:
     return out
 
 
+_CHANGING: Final = """\
+<a id="changing"></a>
+
+## Changing this specification
+
+1. Edit `conformance/clauses.toml` only; this file is generated from it.
+2. A new clause takes the next free number of its area and is appended to
+   `tests/conformance_machinery/clause_ids.lock`; numbers are never reused or shifted.
+3. A clause that is dropped moves to `[spec] retired` with the reason; its id stays taken.
+4. Regenerate with `python -m tpbcast.conformance.spec --write` (or `nox -s spec`);
+   `--check` and the self-tests fail while this file is stale.
+5. Every MUST and SHOULD clause of scope *suite* needs a test citing it
+   (`@pytest.mark.clause("AREA-N")`), or the conformance run stops with a usage error.
+"""
+
+
 def _render_appendix(spec: Spec) -> list[str]:
-    out = ['<a id="retired"></a>', "", "## Retired clause ids", ""]
+    out = [_CHANGING, '<a id="retired"></a>', "", "## Retired clause ids", ""]
     if spec.retired:
         out.extend(f"- `{r.id}`: {_md(r.reason)}" for r in spec.retired)
     else:
