@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import re
 import sys
 import tomllib
@@ -636,6 +637,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=SPEC_MD_PATH, help="SPEC.md path")
     parser.add_argument("selectors", nargs="*", help="areas or clause ids for --list")
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except BrokenPipeError:
+        # `... --list | head`: the reader left; that is not an error.  Point stdout at
+        # /dev/null so the interpreter's final flush does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.registry)
         if args.list:
