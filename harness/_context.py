@@ -68,7 +68,9 @@ class RankContext:
         self._used: set[tuple[str, str]] = set()
 
     def __repr__(self) -> str:
-        return f"RankContext(rank={self.rank}, world_size={self.world_size}, workdir={self.workdir!r})"
+        return (
+            f"RankContext(rank={self.rank}, world_size={self.world_size}, workdir={self.workdir!r})"
+        )
 
     # -- records and faults -------------------------------------------------------------
 

@@ -12,6 +12,7 @@ printed in every report with the command that replays it.
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 import random
 import signal
@@ -55,10 +56,8 @@ class FaultAction(abc.ABC):
 
 def _flush_std() -> None:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
 
 
 @dataclass(frozen=True)
@@ -128,7 +127,7 @@ class Pause(FaultAction):
                 set_pdeathsig(PR_SET_PDEATHSIG_KILL)
                 time.sleep(self.seconds)  # the fault's duration, not synchronisation
                 os.kill(me, signal.SIGCONT)
-            except BaseException:  # noqa: BLE001
+            except BaseException:
                 code = 1
             finally:
                 os._exit(code)
@@ -197,8 +196,9 @@ class SignalStorm(FaultAction):
                     break
                 sent += 1
                 time.sleep(self.interval)  # pacing of the storm, not synchronisation
-            ctx.record("signal-storm-done", point=point, signal=name, sent=sent,
-                       handled_so_far=handled[0])
+            ctx.record(
+                "signal-storm-done", point=point, signal=name, sent=sent, handled_so_far=handled[0]
+            )
 
         threading.Thread(target=storm, name="tpbcast-signal-storm", daemon=True).start()
 
@@ -330,7 +330,7 @@ class FaultPlan:
         candidates = tuple(ranks) if ranks is not None else tuple(range(world_size))
         if not candidates:
             raise ValueError("FaultPlan.random: no rank to fault")
-        rng = random.Random(seed)
+        rng = random.Random(seed)  # noqa: S311 - reproducible schedules, not secrets
         plan = cls(seed=seed)
         for _ in range(count):
             plan.at(

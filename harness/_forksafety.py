@@ -20,6 +20,7 @@ ranks: the child never touches their locks, and they are recognised through
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -107,7 +108,5 @@ def make_rank_torch_safe() -> None:
     torch = sys.modules.get("torch")
     if torch is None or torch_policy() == "keep":
         return
-    try:
+    with contextlib.suppress(Exception):  # a half-imported torch must not kill the rank
         torch.set_num_threads(1)
-    except Exception:  # noqa: BLE001, S110 - a half-imported torch must not kill the rank
-        pass

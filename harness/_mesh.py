@@ -17,6 +17,7 @@ deadline.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import select
@@ -62,10 +63,8 @@ class Mesh:
 
     def parent_close(self) -> None:
         for fd in self.inbox_r + self.inbox_w + self.life_r + self.life_w:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         self.inbox_r, self.inbox_w, self.life_r, self.life_w = [], [], [], []
 
     def for_rank(self, rank: int) -> MeshEnd:

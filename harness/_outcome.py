@@ -215,8 +215,7 @@ class GroupResult:
 
 def _rank_section(o: RankOutcome) -> list[str]:
     lines = [
-        f"----- rank {o.rank} (pid {o.pid}): {o.status.name} "
-        f"in {o.duration:.3f}s -----",
+        f"----- rank {o.rank} (pid {o.pid}): {o.status.name} in {o.duration:.3f}s -----",
         f"  {o.summary()}",
     ]
     if o.exit_code is not None:
@@ -251,7 +250,7 @@ def _short_repr(value: object, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-class RankGroupFailure(AssertionError):
+class RankGroupFailure(AssertionError):  # noqa: N818 - the name is the DESIGN.md contract
     """A group did not succeed. ``str()`` is the full report; its first line names the
     first failing rank. Carries the :class:`GroupResult` as ``.result`` and pickles (so it
     crosses xdist and process boundaries intact)."""

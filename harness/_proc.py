@@ -8,6 +8,7 @@ still alive" probes that cost one syscall each.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -82,7 +83,7 @@ def save_coverage() -> None:
         if cov is not None:
             cov.stop()
             cov.save()
-    except Exception:  # noqa: BLE001, S110 - best effort by design
+    except Exception:  # noqa: S110 - best effort by design
         pass
 
 
@@ -121,10 +122,8 @@ def group_alive(pgid: int) -> bool:
 
 def killpg_quiet(pgid: int, sig: int) -> None:
     """``killpg`` that ignores a group that is already gone."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def list_group_members(pgids: set[int]) -> list[int]:

@@ -6,6 +6,7 @@ including a bug in this module, ends in ``os._exit``. Order matters and is comme
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -20,7 +21,6 @@ from ._context import RankContext
 from ._faults import PlannedFault
 from ._forksafety import make_rank_torch_safe
 from ._mesh import Mesh
-from ._workdir import disable_pooling
 from ._proc import (
     PR_SET_PDEATHSIG_KILL,
     describe_fd,
@@ -29,6 +29,7 @@ from ._proc import (
     save_coverage,
     set_pdeathsig,
 )
+from ._workdir import disable_pooling
 
 __all__ = ["RankSpec", "rank_main"]
 
@@ -130,11 +131,9 @@ def rank_main(
     code = EXIT_BOOTSTRAP
     try:
         code = _run(spec, mesh, target, args)
-    except BaseException:  # noqa: BLE001 - last resort: say something on the captured stderr
-        try:
+    except BaseException:
+        with contextlib.suppress(BaseException):
             os.write(2, traceback.format_exc().encode(errors="backslashreplace"))
-        except BaseException:  # noqa: BLE001, S110
-            pass
     finally:
         os._exit(code)
 
@@ -163,9 +162,12 @@ def _run(
     os.dup2(err, 2)
     os.close(out)
     os.close(err)
-    sys.stdin = None  # type: ignore[assignment]
-    sys.stdout = sys.__stdout__ = _FdText(1)  # type: ignore[assignment]
-    sys.stderr = sys.__stderr__ = _FdText(2)  # type: ignore[assignment]
+    sys.stdin = None
+    # Replace pytest's capture objects too: they write to pytest's files, not to fd 1/2.
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = _FdText(fd)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
     # 5. Stack dumps: SIGUSR1 -> every thread's Python stack into the stk file (the runner
     #    sends it to hung ranks); crashes (SIGSEGV, SIGABRT, ...) -> stack on stderr.
     faulthandler.register(signal.SIGUSR1, file=stk, all_threads=True, chain=False)
@@ -195,7 +197,7 @@ def _run(
         _finish(spec, writer, before)
         _flush_and_save()
         return _system_exit_code(exc)
-    except BaseException as exc:  # noqa: BLE001 - every exception is the rank's outcome
+    except BaseException as exc:
         _finish(spec, writer, before)
         writer.write(
             "raised",
@@ -211,7 +213,7 @@ def _run(
     _finish(spec, writer, before)
     try:
         writer.write("ok", {"value": value, "duration": time.monotonic() - started})
-    except Exception as exc:  # noqa: BLE001 - unpicklable return value
+    except Exception as exc:
         writer.write(
             "raised",
             {
@@ -248,8 +250,6 @@ def _finish(spec: RankSpec, writer: RecordWriter, before: set[int]) -> None:
 
 def _flush_and_save() -> None:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     save_coverage()

@@ -17,6 +17,7 @@ and reaps every rank: a group never outlives its ``run_ranks`` call.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -119,11 +120,15 @@ def _signals_to_reset(sigpipe: str) -> tuple[tuple[int, ...], bool]:
 
 
 def _is_coverage_handler(handler: object) -> bool:
-    return "coverage" in str(getattr(handler, "__module__", "") or getattr(
-        getattr(handler, "__self__", None), "__module__", ""))
+    return "coverage" in str(
+        getattr(handler, "__module__", "")
+        or getattr(getattr(handler, "__self__", None), "__module__", "")
+    )
 
 
-def _fork(spec: RankSpec, mesh: Mesh, target: Callable[..., object], args: tuple[object, ...]) -> int:
+def _fork(
+    spec: RankSpec, mesh: Mesh, target: Callable[..., object], args: tuple[object, ...]
+) -> int:
     if sys.version_info >= (3, 12):  # pragma: no cover - 3.11 in CI
         with warnings.catch_warnings():
             # Python 3.12 warns about fork in a threaded process; the ranks never touch
@@ -134,10 +139,10 @@ def _fork(spec: RankSpec, mesh: Mesh, target: Callable[..., object], args: tuple
         pid = os.fork()
     if pid == 0:  # pragma: no cover - the child side is measured by the rank's coverage
         rank_main(spec, mesh, target, args)
-    try:
-        os.setpgid(pid, pid)  # also done by the child; whoever runs first wins the race
-    except OSError:
-        pass  # the child already did it (EACCES after exec never happens) or is gone
+    # Also done by the child; whoever runs first wins the race. OSError: the child already
+    # did it or is gone.
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)
     return pid
 
 
@@ -179,10 +184,8 @@ def run_ranks(
     try:
         mesh = Mesh.create(world_size)
         for stream in (sys.stdout, sys.stderr):  # or the ranks would print it again
-            try:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
                 stream.flush()
-            except (OSError, ValueError, AttributeError):
-                pass
         start = time.monotonic()
         deadline = start + timeout
         parent = os.getpid()
@@ -207,8 +210,16 @@ def run_ranks(
             ranks.append(_Rank(r, pid, forked_at))
             reaper.add(pid)
         mesh.parent_after_fork()
-        failure_order = _supervise(ranks, reaper, wd, deadline, fail_fast, fail_fast_grace,
-                                   kill_grace, timeout)
+        failure_order = _supervise(
+            ranks,
+            reaper,
+            wd,
+            deadline=deadline,
+            fail_fast=fail_fast,
+            fail_fast_grace=fail_fast_grace,
+            kill_grace=kill_grace,
+            timeout=timeout,
+        )
     finally:
         _kill_and_reap(ranks, reaper)
         reaper.close()
@@ -247,6 +258,7 @@ def _supervise(
     ranks: list[_Rank],
     reaper: Reaper,
     wd: Workdir,
+    *,
     deadline: float,
     fail_fast: bool,
     fail_fast_grace: float,
@@ -296,10 +308,8 @@ def _stop_hung(
 
     for r in hung:
         for sig in (signal.SIGUSR1, signal.SIGCONT):  # a SIGSTOPped rank must run to dump
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(r.pid, sig)
-            except ProcessLookupError:
-                pass
     _wait_for_dumps([r for r in hung if r.pid in reaper.live], wd, kill_grace)
     for r in hung:
         if r.pid in reaper.live:
@@ -362,10 +372,8 @@ def _survivors(ranks: list[_Rank]) -> tuple[int, ...]:
         time.sleep(0.005)  # PDEATHSIG victims need a time slice to go (bounded poll)
         members = list_group_members(groups)
     for pid in members:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     return tuple(sorted(set(members) | set(unreaped)))
 
 

@@ -44,6 +44,8 @@ _POOL_MAX = [4]  # set to 0 in ranks: they end in os._exit, which skips the atex
 def disable_pooling() -> None:
     """Called in every rank: a nested group's workdir must not outlive the rank."""
     _POOL_MAX[0] = 0
+
+
 _atexit_registered: list[bool] = []
 
 
@@ -67,8 +69,10 @@ def _take_pooled() -> str | None:
             st = os.lstat(path)
         except OSError:
             continue
-        if entries == [HARNESS_SUBDIR] and not os.listdir(f"{path}/{HARNESS_SUBDIR}") and (
-            st.st_mode & 0o777 == 0o700 and st.st_uid == os.getuid()
+        if (
+            entries == [HARNESS_SUBDIR]
+            and not os.listdir(f"{path}/{HARNESS_SUBDIR}")
+            and (st.st_mode & 0o777 == 0o700 and st.st_uid == os.getuid())
         ):
             return path
         shutil.rmtree(path, ignore_errors=True)

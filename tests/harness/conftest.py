@@ -12,6 +12,7 @@ At session finish (same process, after the workers are gone) we fail the run if
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -101,10 +102,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         problems.append("orphaned processes:\n  " + "\n  ".join(orphans))
         for line in orphans:
             pid = int(line.split()[1])
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, 9)
-            except OSError:
-                pass
     shutil.rmtree(root, ignore_errors=True)
     old = config.stash[_OLD_ENV_KEY]
     if old is None:

@@ -139,7 +139,6 @@ def test_wait_that_can_never_finish_fails_at_its_deadline_naming_the_point():
 def waits_while_others_end(ctx):
     if ctx.rank == 0:
         ctx.wait("from_dead")
-    return None
 
 
 def test_wait_fails_fast_when_every_other_rank_ended():

@@ -43,7 +43,11 @@ def _only_fault(outcome):
         (Kill(signal.SIGTERM), Status.SIGNALED, lambda o: o.signal_name == "SIGTERM"),
         (Exit(5), Status.EXITED, lambda o: o.exit_code == 5),
         (Segfault(), Status.SIGNALED, lambda o: o.signal_name == "SIGSEGV"),
-        (Raise(BrokenPipeError(errno.EPIPE, "x")), Status.RAISED, lambda o: "BrokenPipe" in o.exc_type),
+        (
+            Raise(BrokenPipeError(errno.EPIPE, "x")),
+            Status.RAISED,
+            lambda o: "BrokenPipe" in o.exc_type,
+        ),
     ],
     ids=["kill", "term", "exit", "segv", "raise"],
 )

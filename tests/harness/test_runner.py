@@ -67,21 +67,20 @@ def custom_exc_raiser(ctx):
 
 
 def test_exception_type_is_qualified_for_non_builtins():
-    class Local(Exception):
+    class LocalError(Exception):
         pass
 
     def target(ctx):
-        raise Local("x")
+        raise LocalError("x")
 
     result = run_ranks(target, 1, timeout=T)
-    assert result.outcomes[0].exc_type.endswith("Local")
+    assert result.outcomes[0].exc_type.endswith("LocalError")
     assert "." in result.outcomes[0].exc_type
 
 
 def exits_with(ctx, code):
     if ctx.rank == 0:
         os._exit(code)
-    return None
 
 
 def test_exited_reports_code_and_means_no_result():
@@ -198,7 +197,11 @@ def test_fail_fast_cuts_the_others_to_the_grace():
 def test_without_fail_fast_the_others_run_to_the_deadline():
     t0 = time.monotonic()
     result = run_ranks(
-        one_fails_others_hang, 2, timeout=1.0, fail_fast=False, fail_fast_grace=0.0,
+        one_fails_others_hang,
+        2,
+        timeout=1.0,
+        fail_fast=False,
+        fail_fast_grace=0.0,
         kill_grace=0.3,
     )
     assert time.monotonic() - t0 >= 1.0

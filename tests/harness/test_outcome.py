@@ -1,0 +1,104 @@
+"""GroupResult / RankOutcome: who failed first, and a report a human can act on."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from tpbcast.harness import FaultRecord, GroupResult, RankGroupFailure, RankOutcome, Status
+
+
+def _o(rank, status, **kw):
+    return RankOutcome(rank=rank, pid=1000 + rank, status=status, **kw)
+
+
+def test_first_failure_prefers_the_earliest_real_failure_over_timeouts():
+    result = GroupResult(
+        outcomes=(
+            _o(0, Status.TIMED_OUT, signal=15, signal_name="SIGTERM", note="fail-fast"),
+            _o(1, Status.SIGNALED, signal=9, signal_name="SIGKILL"),
+            _o(2, Status.RAISED, exc_type="ValueError", exc_message="late"),
+        ),
+        duration=1.0,
+        seed=5,
+        failure_order=(2, 1, 0),
+    )
+    assert result.first_failure.rank == 2
+    assert result.headline() == (
+        "rank 2 RAISED ValueError: late of world_size 3 (+2 more failed rank(s))"
+    )
+    only_timeouts = GroupResult(
+        outcomes=(_o(0, Status.OK), _o(1, Status.TIMED_OUT)), duration=1.0, seed=1
+    )
+    assert only_timeouts.first_failure.rank == 1
+
+
+def test_report_has_a_section_per_rank_with_everything():
+    fault = FaultRecord(1, "after_handshake", "Kill(SIGKILL)", "", 0.0123)
+    result = GroupResult(
+        outcomes=(
+            _o(0, Status.OK, value=[1, 2], stdout="hello\n"),
+            _o(
+                1,
+                Status.SIGNALED,
+                signal=9,
+                signal_name="SIGKILL",
+                faults=(fault,),
+                stderr="x\n" * 100,
+                duration=0.5,
+            ),
+        ),
+        duration=0.6,
+        seed=77,
+        label="lbl",
+        leftover_files=("g_0.sock",),
+    )
+    text = result.report()
+    first = text.splitlines()[0]
+    assert first == "[lbl] rank 1 SIGNALED by SIGKILL of world_size 2"
+    assert "replay: TPBCAST_SEED=77 (pytest: --tpbcast-seed=77)" in text
+    assert "----- rank 0 (pid 1000): OK" in text and "value: [1, 2]" in text
+    assert "----- rank 1 (pid 1001): SIGNALED in 0.500s" in text
+    assert "signal: SIGKILL (9)" in text
+    assert "t=+0.012s rank 1 at 'after_handshake': Kill(SIGKILL)" in text
+    assert "earlier lines cut" in text  # long output is tailed
+    assert "leftover files in workdir: g_0.sock" in text
+    assert "hello" in text
+
+
+def test_ok_group_and_raise_for_failure():
+    ok = GroupResult(outcomes=(_o(0, Status.OK),), duration=0.1, seed=1)
+    assert ok.ok and ok.first_failure is None
+    ok.raise_for_failure()
+    bad = GroupResult(outcomes=(_o(0, Status.EXITED, exit_code=3),), duration=0.1, seed=1)
+    with pytest.raises(RankGroupFailure, match=r"^rank 0 EXITED with code 3"):
+        bad.raise_for_failure()
+
+
+def test_survivors_fail_the_group():
+    result = GroupResult(outcomes=(_o(0, Status.OK),), duration=0.1, seed=1, survivors=(42,))
+    assert not result.ok
+    assert "survived" in result.headline()
+    assert "SURVIVORS" in result.report()
+
+
+def test_failure_pickles_with_its_result():
+    result = GroupResult(
+        outcomes=(_o(0, Status.RAISED, exc_type="E", exc_message="m", traceback="tb"),),
+        duration=0.1,
+        seed=3,
+    )
+    exc = pickle.loads(pickle.dumps(RankGroupFailure(result)))
+    assert isinstance(exc, AssertionError)
+    assert exc.result == result
+    assert str(exc).splitlines()[0] == "rank 0 RAISED E: m of world_size 1"
+
+
+def test_status_and_signal_names():
+    from tpbcast.harness._outcome import signal_name
+
+    assert signal_name(11) == "SIGSEGV"
+    assert signal_name(None) is None
+    assert signal_name(999) == "signal 999"
+    assert Status.TIMED_OUT.value == "timed out"
