@@ -278,9 +278,12 @@ def connect(
             sock.connect(address)
         except OSError as exc:
             sock.close()
-            code = exc.errno if exc.errno is not None else errno.ETIMEDOUT
+            # A socket timeout has no errno; "AF_UNIX path too long" has none either,
+            # and must fail at once rather than be retried until the deadline.
+            timed_out = isinstance(exc, TimeoutError) and exc.errno is None
+            code = errno.ETIMEDOUT if timed_out else exc.errno
             label = f"{what} {describe_address(address)} ({attempts} attempt(s))"
-            if code not in _CONNECT_RETRY and not isinstance(exc, TimeoutError):
+            if code not in _CONNECT_RETRY:
                 raise WireClosedError(
                     label,
                     expected=None,
@@ -288,6 +291,7 @@ def connect(
                     how="error",
                     elapsed=time.monotonic() - start,
                     errno_name=_errno_name(code),
+                    detail="" if code is not None else str(exc),
                 ) from exc
             if deadline.expired():
                 raise WireTimeoutError(

@@ -101,6 +101,14 @@ def test_connect_fails_fast_on_non_retryable_errno(short_dir):
     assert info.value.errno_name == "ENOTDIR"
 
 
+def test_connect_fails_fast_on_a_path_too_long_for_sun_path(short_dir):
+    start = time.monotonic()
+    with pytest.raises(w.WireClosedError, match="too long") as info:
+        w.connect(f"{short_dir}/{'x' * 200}_0.sock", w.Deadline.after(30.0))
+    assert time.monotonic() - start < MARGIN
+    assert info.value.how == "error"
+
+
 def test_connect_succeeds_when_listener_appears_later(short_dir):
     address = f"{short_dir}/g_0.sock"
     result: dict[str, object] = {}
