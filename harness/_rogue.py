@@ -21,23 +21,21 @@ process dying: the kernel closes a dead process's fds the same way.
 Behaviours (``rogue_peer(name, **kw)`` / ``rogue_root(name, **kw)`` make rank
 targets of them; the functions can also be called directly):
 
-=====================  ==================================================================
-peer ``announce``       any int32 rank (bad, 0, duplicate); ``probe``/``reaction``
-peer ``send_raw``       arbitrary bytes as the handshake, then close/half_close/stall
-peer ``truncated_handshake``  1-3 bytes of a rank, then close/half_close/stall
-peer ``garbage_handshake``    non-rank bytes, then close/half_close/stall
-peer ``silent``         connects, never sends; watches for rank 0 to drop it
-peer ``absent``         never connects (holds still)
-peer ``handshake``      well-behaved; reports the probe byte (or none)
-peer ``close_mid_payload``    reads N payload bytes, then closes
-peer ``stall_mid_payload``    reads N payload bytes, then stops reading
-peer ``read_payload``   well-behaved; returns probe + payload for byte-exact checks
-root ``never_accepts``  binds and listens, never accepts
-root ``never_probes``   accepts and reads ranks, never sends the probe
-root ``wrong_probe``    sends a probe byte other than 0x5a
-root ``dies_mid_broadcast``   probe, then N payload bytes in wire order, then closes
-root ``recording``      well-behaved; records raw handshakes, sends given payloads
-=====================  ==================================================================
+- peer ``announce``: any int32 rank (bad, 0, duplicate); ``probe``/``reaction``
+- peer ``send_raw``: arbitrary bytes as the handshake, then close/half_close/stall
+- peer ``truncated_handshake``: 1-3 bytes of a rank, then close/half_close/stall
+- peer ``garbage_handshake``: non-rank bytes, then close/half_close/stall
+- peer ``silent``: connects, never sends; watches for rank 0 to drop it
+- peer ``absent``: never connects (holds still)
+- peer ``handshake``: well-behaved; reports the probe byte (or none)
+- peer ``close_mid_payload``: reads N payload bytes, then closes
+- peer ``stall_mid_payload``: reads N payload bytes, then stops reading
+- peer ``read_payload``: well-behaved; returns probe + payload for byte-exact checks
+- root ``never_accepts``: binds and listens, never accepts
+- root ``never_probes``: accepts and reads ranks, never sends the probe
+- root ``wrong_probe``: sends a probe byte other than 0x5a
+- root ``dies_mid_broadcast``: probe, then N payload bytes in wire order, then closes
+- root ``recording``: well-behaved; records raw handshakes, sends given payloads
 """
 
 from __future__ import annotations
