@@ -444,3 +444,74 @@ def test_initialize_on_one_thread_broadcast_on_another(tpbcast_run, tpbcast_impl
         assert digest == s.expected_digests(result.seed, [33], salt="chk"), s.clause(
             "INIT-14", "the other thread sees the whole initialized state", digest
         )
+
+
+@pytest.mark.clause("INIT-15")
+def test_late_connection_never_joins(tpbcast_run, tpbcast_impl):
+    """After a 2-rank bootstrap, a third process connects and announces rank 1."""
+    sizes = [100, 5000]
+
+    def target(ctx):
+        if ctx.rank == 2:
+            ctx.wait("group_up", timeout=15)
+            try:
+                sock = s.raw_connect(s.sock_path(ctx.base_path), timeout=0.5)
+            except (OSError, TimeoutError) as exc:
+                ctx.notify("rogue_in")
+                ctx.sync("done")
+                return "no listener", type(exc).__name__
+            with sock:
+                s.announce(sock, 1)
+                ctx.notify("rogue_in")
+                seen = s.read_window(sock, 1.5)
+                ctx.sync("done")
+            return "connected", seen
+        bcast = s.make(tpbcast_impl)
+        bcast.initialize(ctx.rank, 2, ctx.base_path)
+        if ctx.rank == 0:
+            ctx.notify("group_up")
+        ctx.wait("rogue_in", timeout=15)
+        got = s.group_roundtrip(ctx, bcast, sizes, salt="late")
+        ctx.sync("done")
+        bcast.reset()
+        return got
+
+    result = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT)
+    how, seen = result.outcomes[2].value
+    assert how == "no listener" or seen in (None, b""), s.clause(
+        "INIT-15", "a connection after bootstrap gets no probe and no payload", (how, seen)
+    )
+    want = s.expected_digests(result.seed, sizes, salt="late")
+    assert result.outcomes[1].value == want, s.clause(
+        "INIT-15", "later broadcasts are not disturbed", result.outcomes[1].value
+    )
+
+
+@pytest.mark.clause("INIT-16")
+def test_connect_fails_at_once_on_eacces(tpbcast_run, tpbcast_impl):
+    """The socket file denies access (mode 000, and we are not root): waiting cannot
+    cure EACCES, so the peer fails at once, naming it, long before its connect deadline."""
+    nobody = 65534
+
+    def target(ctx):
+        directory = os.path.join(ctx.workdir, "acc")
+        os.mkdir(directory, 0o700)
+        base = os.path.join(directory, "b")
+        s.stale_socket(s.sock_path(base))
+        os.chmod(s.sock_path(base), 0)
+        if os.geteuid() == 0:
+            from tpbcast.harness import as_foreign_uid
+
+            os.chown(directory, nobody, nobody)
+            as_foreign_uid(nobody)
+        bcast = s.make(tpbcast_impl, connect=5.0, init=5.0)
+        raised, took = s.timed(bcast.initialize, 1, 2, base)
+        return raised, took  # the harness removes the workdir (we may no longer)
+
+    raised, took = tpbcast_run(target, 1, timeout=s.GROUP_TIMEOUT).outcomes[0].value
+    assert raised is not None and took < 2.0, s.clause(
+        "INIT-16", "EACCES fails the connect at once (no retry until the deadline)", (raised, took)
+    )
+    assert "EACCES" in raised.message or raised.attrs.get("errno_name") == "EACCES", s.clause(
+        "INIT-16", "the error names EACCES", raised
+    )
