@@ -181,6 +181,7 @@ def run_ranks(
     ranks: list[_Rank] = []
     reaper = Reaper()
     start = time.monotonic()
+    completed = False
     try:
         mesh = Mesh.create(world_size)
         for stream in (sys.stdout, sys.stderr):  # or the ranks would print it again
@@ -220,11 +221,15 @@ def run_ranks(
             kill_grace=kill_grace,
             timeout=timeout,
         )
+        completed = True
     finally:
         _kill_and_reap(ranks, reaper)
         reaper.close()
         if mesh is not None:
             mesh.parent_close()
+        if not completed:  # interrupted (KeyboardInterrupt, a bug): leave nothing behind
+            _survivors(ranks)
+            wd.remove(clean=False)
     survivors = _survivors(ranks)
     outcomes = tuple(_outcome(r, wd) for r in ranks)
     leftovers = wd.leftovers()

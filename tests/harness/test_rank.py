@@ -172,3 +172,54 @@ def test_group_cost_is_milliseconds_not_seconds():
         run_ranks(process_facts, 2, timeout=T)
         samples.append(time.perf_counter() - t0)
     assert min(samples) < 0.5
+
+
+INTERRUPTED_RUNNER = textwrap.dedent(
+    """
+    import os, sys, time
+    from tpbcast.harness import run_ranks
+
+    def target(ctx, piddir):
+        with open(f"{piddir}/{os.getpid()}", "w") as f:
+            f.write(str(ctx.rank))
+        while True:
+            time.sleep(0.05)
+
+    try:
+        run_ranks(target, 2, timeout=300, args=(sys.argv[1],))
+    except KeyboardInterrupt:
+        root = os.environ["TPBCAST_WORKDIR_ROOT"]
+        print("interrupted; workdirs left:", os.listdir(root), flush=True)
+        sys.exit(42)
+    """
+)
+
+
+def test_an_interrupted_runner_kills_its_ranks_and_cleans_up(tmp_path):
+    piddir = tmp_path / "pids"
+    piddir.mkdir()
+    root = tempfile.mkdtemp(prefix="tpbi-", dir="/tmp")
+    script = tmp_path / "runner.py"
+    script.write_text(INTERRUPTED_RUNNER)
+    env = dict(os.environ, TPBCAST_WORKDIR_ROOT=root)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(piddir)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(os.listdir(piddir)) < 2:
+            assert proc.poll() is None
+            assert time.monotonic() < deadline
+            time.sleep(0.02)  # polling with a deadline for another process
+        pids = [int(p) for p in os.listdir(piddir)]
+        assert all(_alive(p) for p in pids)
+        proc.send_signal(signal.SIGINT)  # KeyboardInterrupt inside run_ranks' wait
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 42, out
+        assert "workdirs left: []" in out
+        assert not any(_alive(p) for p in pids)  # killed and reaped before the re-raise
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
