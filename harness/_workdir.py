@@ -92,44 +92,61 @@ def _short_tmp_root() -> str:
     return tempfile.gettempdir()  # pragma: no cover
 
 
+def _own_dir() -> str:
+    """A private dir of ours with an empty ``.tpb`` inside: pooled, or made now."""
+    pooled = _take_pooled()
+    if pooled is not None:
+        return pooled
+    made = tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=_short_tmp_root())
+    os.mkdir(f"{made}/{HARNESS_SUBDIR}", 0o700)
+    return made
+
+
+def _check_length(path: str) -> None:
+    sock = f"{path}/g_0.sock"
+    if len(sock.encode()) > _SUN_PATH_MAX:
+        raise ValueError(
+            f"workdir {path!r} is too long for Unix sockets: {sock!r} is "
+            f"{len(sock.encode())} bytes, sun_path holds {_SUN_PATH_MAX}; "
+            "pass a shorter workdir (or none: the harness makes one under /tmp)"
+        )
+
+
 @dataclass
 class Workdir:
+    """Where the ranks work (``path``) and where the harness keeps its capture files.
+
+    The capture files always live in a private dir of ours (``own``), even when the caller
+    passes a workdir: then the caller's dir sees no harness files at all, and no
+    directory is created or removed in it per group.
+    """
+
     path: str
     owned: bool
-    harness_dir: str
+    own: str
     before: dict[str, int]
+
+    @property
+    def harness_dir(self) -> str:
+        return f"{self.own}/{HARNESS_SUBDIR}"
 
     @classmethod
     def open(cls, path: str | None) -> Workdir:
         if path is None:
-            pooled = _take_pooled()
-            if pooled is not None:
-                return cls(pooled, True, f"{pooled}/{HARNESS_SUBDIR}", {})
-            made = tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=_short_tmp_root())
-            owned, before = True, {}
-        else:
-            made = os.path.abspath(path)
-            os.makedirs(made, mode=0o700, exist_ok=True)
-            owned, before = False, _snapshot(made)
-        sock = f"{made}/g_0.sock"
-        if len(sock.encode()) > _SUN_PATH_MAX:
-            if owned:
-                shutil.rmtree(made, ignore_errors=True)
-            raise ValueError(
-                f"workdir {made!r} is too long for Unix sockets: {sock!r} is "
-                f"{len(sock.encode())} bytes, sun_path holds {_SUN_PATH_MAX}; "
-                "pass a shorter workdir (or none: the harness makes one under /tmp)"
-            )
-        harness_dir = f"{made}/{HARNESS_SUBDIR}"
-        os.mkdir(harness_dir, 0o700)
-        return cls(made, owned, harness_dir, before)
+            own = _own_dir()
+            return cls(own, True, own, {})
+        made = os.path.abspath(path)
+        _check_length(made)
+        os.makedirs(made, mode=0o700, exist_ok=True)
+        before = _snapshot(made)
+        return cls(made, False, _own_dir(), before)
 
     def file(self, rank: int, kind: str) -> str:
         return f"{self.harness_dir}/{rank}.{kind}"
 
     def leftovers(self) -> tuple[str, ...]:
         """Relative paths created during the group and still present (harness files aside)."""
-        if not self.before:
+        if self.owned:
             entries = os.listdir(self.path)
             if entries == [HARNESS_SUBDIR]:
                 return ()  # the common case, without walking
@@ -137,12 +154,11 @@ class Workdir:
         return tuple(sorted(p for p, ino in now.items() if self.before.get(p) != ino))
 
     def remove(self, *, clean: bool) -> None:
-        """Remove what we made: our subdir in a caller's workdir; our own workdir goes
-        back to the pool when the group left it ``clean``, else it is removed."""
-        if not self.owned:
-            shutil.rmtree(self.harness_dir, ignore_errors=True)
-            return
-        if clean and len(_POOL) < _POOL_MAX[0]:
+        """Give our own dir back to the pool when the group left it clean (else remove it).
+
+        A caller's workdir is never touched: what the ranks left there is the caller's.
+        """
+        if (clean or not self.owned) and len(_POOL) < _POOL_MAX[0]:
             try:
                 for name in os.listdir(self.harness_dir):
                     os.unlink(f"{self.harness_dir}/{name}")
@@ -152,9 +168,9 @@ class Workdir:
                 if not _atexit_registered:
                     atexit.register(release_workdirs)
                     _atexit_registered.append(True)
-                _POOL.append((os.getpid(), self.path))
+                _POOL.append((os.getpid(), self.own))
                 return
-        shutil.rmtree(self.path, ignore_errors=True)
+        shutil.rmtree(self.own, ignore_errors=True)
 
 
 def _snapshot(root: str) -> dict[str, int]:
