@@ -148,6 +148,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "clause(*ids): the conformance clause ids (e.g. 'WIRE-1') this test judges; "
         "its verdict becomes theirs",
     )
+    # Also registered by pytest-xdist; repeated here so --strict-markers holds without it.
+    config.addinivalue_line("markers", "xdist_group(name): run these tests on one worker")
     spec = load_spec(config.getoption("tpbcast_registry"))
     config.stash[_SPEC_KEY] = spec
     try:

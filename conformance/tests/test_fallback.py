@@ -25,6 +25,9 @@ from tpbcast.harness import run_ranks
 
 from . import _support as s
 
+# One worker runs all of them, so the shared group run (fixture ``observed``) happens once.
+pytestmark = pytest.mark.xdist_group("fallback")
+
 GROUP_TIMEOUT = 10.0
 SIZES = (5, 300, 1)
 
