@@ -67,7 +67,11 @@ def test_rank_killed_mid_ring_fails_the_others_cleanly(tpbcast_run, tpbcast_faul
 
 @pytest.mark.tpbcast_timeout(30)
 def test_stalled_rank_times_out_its_neighbours(tpbcast_run, tpbcast_faults):
-    """A rank that stops answering (SIGSTOP) is detected by ringsum's deadline."""
+    """A rank that stops answering (SIGSTOP) is detected by ringsum's deadline.
+
+    ``fail_fast=False``: the harness must not stop the paused rank when its neighbour
+    fails; it resumes after the pause and finds its ring closed, like a real straggler.
+    """
     tpbcast_faults.at(1, "reduce_scatter.0", Pause(3.0))
 
     result = tpbcast_run(
