@@ -68,3 +68,33 @@ def spec(session: nox.Session) -> None:
     """Regenerate conformance/SPEC.md from conformance/clauses.toml."""
     session.install("-e", ".")
     session.run("python", "-m", "tpbcast.conformance.spec", "--write")
+
+
+EXAMPLES = ("examples/ring_allreduce",)
+# pytest-forked 1.7.5 marshals each TestReport.__dict__ from the forked child; pytest 9.2.0
+# made TestReport._id a NodeId object, which marshal refuses, so under 9.2 every --forked
+# test fails as "EXITED with status 3".  9.1.1 is the newest pytest it works with.  Drop the
+# pin once pytest-forked ships a fix: tests/fixtures/test_plugin_report.py probes for the
+# incompatibility and stops skipping its --forked case by itself.
+FORKED_PYTEST = "pytest==9.1.1"
+
+
+@nox.session(python=PYTHON, reuse_venv=False)
+def examples(session: nox.Session) -> None:
+    """Each example project's own tests, from a fresh venv with tpbcast installed from here."""
+    session.install(*CONSTRAINTS, ".", "pytest>=8.4")
+    for example in EXAMPLES:
+        session.install(*CONSTRAINTS, example)
+        with session.chdir(example):
+            session.run("pytest", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def forked(session: nox.Session) -> None:
+    """The plugin under pytest --forked, on the newest pytest that pytest-forked supports."""
+    session.install(*CONSTRAINTS, FORKED_PYTEST, "pytest-forked", "pytest-xdist>=3.6")
+    session.install(*CONSTRAINTS, "-e", ".", *EXAMPLES)
+    session.run("pytest", "-p", "no:cacheprovider", "tests/fixtures", *session.posargs)
+    for example in EXAMPLES:
+        with session.chdir(example):
+            session.run("pytest", "-p", "no:cacheprovider", "--forked", *session.posargs)
