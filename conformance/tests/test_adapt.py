@@ -24,9 +24,15 @@ def _probe(impl):
         cap: {m: hasattr(bcast, m) for m in PROMISED.get(cap, ())} for cap in impl.capabilities
     }
     generation = getattr(bcast, "generation", None) if "generation" in impl.capabilities else 0
-    return members, bcast.is_initialized(), promised, type(generation).__name__, (
-        getattr(bcast, "name", None),
-        getattr(bcast, "version", None),
+    return (
+        members,
+        bcast.is_initialized(),
+        promised,
+        type(generation).__name__,
+        (
+            getattr(bcast, "name", None),
+            getattr(bcast, "version", None),
+        ),
     )
 
 
@@ -43,16 +49,18 @@ def test_factory_returns_the_four_members(tpbcast_run, tpbcast_impl):
 
 @pytest.mark.clause("ADAPT-2")
 def test_declared_capabilities_have_their_members(tpbcast_run, tpbcast_impl):
-    _, _, promised, generation_type, _ = tpbcast_run(
-        lambda ctx: _probe(tpbcast_impl), 1
-    ).outcomes[0].value
+    _, _, promised, generation_type, _ = (
+        tpbcast_run(lambda ctx: _probe(tpbcast_impl), 1).outcomes[0].value
+    )
     missing = {cap: [m for m, ok in ms.items() if not ok] for cap, ms in promised.items()}
     missing = {cap: ms for cap, ms in missing.items() if ms}
     assert not missing, s.clause(
         "ADAPT-2", "each declared capability provides the members it promises", missing
     )
     if "generation" in tpbcast_impl.capabilities:
-        assert generation_type == "int", s.clause("ADAPT-2", "generation is an int", generation_type)
+        assert generation_type == "int", s.clause(
+            "ADAPT-2", "generation is an int", generation_type
+        )
 
 
 @pytest.mark.clause("ADAPT-3")

@@ -341,8 +341,8 @@ def test_failed_broadcast_poisons_until_reset(tpbcast_run, tpbcast_impl):
         "BCAST-13", "the next broadcast raises at once (broken until reset)", (second, took)
     )
     if tpbcast_impl.supports("error_details"):
-        assert "broken" in second.type_name.lower() or "broken" in second.message.lower(), (
-            s.clause("BCAST-13", "a broken-broadcaster error", second)
+        assert "broken" in second.type_name.lower() or "broken" in second.message.lower(), s.clause(
+            "BCAST-13", "a broken-broadcaster error", second
         )
     assert third is not None, s.clause("BCAST-13", "after reset: not initialized", third)
 
@@ -404,9 +404,9 @@ def test_reset_from_another_thread_during_broadcast(tpbcast_run, tpbcast_impl):
         os.close(wr)
         return reset_raised, alive, out.get("raised"), left
 
-    reset_raised, alive, raised, left = tpbcast_run(
-        target, 2, timeout=s.GROUP_TIMEOUT + 10
-    ).outcomes[1].value
+    reset_raised, alive, raised, left = (
+        tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT + 10).outcomes[1].value
+    )
     assert reset_raised is None and not alive, s.clause(
         "BCAST-14", "reset returns and the in-flight broadcast ends", (reset_raised, alive)
     )

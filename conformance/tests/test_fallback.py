@@ -197,12 +197,10 @@ def test_empty_list_triggers_nothing(observed):
 def test_root_check_identical_on_both_paths(observed):
     for rank, uds in _both(observed, "uds"):
         coll = observed[0][rank]["cross_node"]
-        assert uds["root_error"] is not None and uds["root_error"] == coll["root_error"], (
-            s.clause(
-                "FALLBACK-5",
-                f"rank {rank}: root=1 raises the same error on both paths",
-                (uds["root_error"], coll["root_error"]),
-            )
+        assert uds["root_error"] is not None and uds["root_error"] == coll["root_error"], s.clause(
+            "FALLBACK-5",
+            f"rank {rank}: root=1 raises the same error on both paths",
+            (uds["root_error"], coll["root_error"]),
         )
         assert uds["check_events"] == coll["check_events"] == [], s.clause(
             "FALLBACK-5", "before any communication or sync", coll["check_events"]
@@ -213,12 +211,10 @@ def test_root_check_identical_on_both_paths(observed):
 def test_mode_check_identical_on_both_paths(observed):
     for rank, uds in _both(observed, "uds"):
         coll = observed[0][rank]["cross_node"]
-        assert uds["mode_error"] is not None and uds["mode_error"] == coll["mode_error"], (
-            s.clause(
-                "FALLBACK-6",
-                f"rank {rank}: mode=dp raises the same error on both paths",
-                (uds["mode_error"], coll["mode_error"]),
-            )
+        assert uds["mode_error"] is not None and uds["mode_error"] == coll["mode_error"], s.clause(
+            "FALLBACK-6",
+            f"rank {rank}: mode=dp raises the same error on both paths",
+            (uds["mode_error"], coll["mode_error"]),
         )
 
 

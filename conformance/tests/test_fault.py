@@ -20,8 +20,8 @@ def _assert_clean(raised, cid, who):
     assert "success" not in text and "errno 0" not in text, s.clause(
         "FAULT-3", f"{who}: no error says 'Success' or errno 0", raised
     )
-    assert any(word in text for word in ("clos", "eof", "reset", "broken pipe", "epipe")), (
-        s.clause("FAULT-3", f"{who}: EOF/EPIPE/ECONNRESET is reported as closed", raised)
+    assert any(word in text for word in ("clos", "eof", "reset", "broken pipe", "epipe")), s.clause(
+        "FAULT-3", f"{who}: EOF/EPIPE/ECONNRESET is reported as closed", raised
     )
 
 
@@ -146,9 +146,7 @@ def test_root_killed_mid_broadcast(tpbcast_run, tpbcast_impl):
         bcast.reset()
         return raised
 
-    result = tpbcast_run(
-        target, 3, fail_fast=False, expect_failure=True, timeout=s.GROUP_TIMEOUT
-    )
+    result = tpbcast_run(target, 3, fail_fast=False, expect_failure=True, timeout=s.GROUP_TIMEOUT)
     root, peer1, peer2 = result.outcomes
     assert root.signal_name == "SIGKILL", f"the fault did not happen: {root.summary()}"
     for outcome in (peer1, peer2):

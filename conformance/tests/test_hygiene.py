@@ -105,8 +105,10 @@ def test_normal_exit_without_reset_leaves_no_socket(tpbcast_run, tpbcast_impl):
                 check=False,
             )
             ctx.notify("exited")
-            return proc.returncode, proc.stderr.decode()[-2000:], s.kind_of(
-                s.sock_path(ctx.base_path)
+            return (
+                proc.returncode,
+                proc.stderr.decode()[-2000:],
+                s.kind_of(s.sock_path(ctx.base_path)),
             )
         bcast = s.make(tpbcast_impl, connect=20.0, init=20.0)
         bcast.initialize(1, 2, ctx.base_path)

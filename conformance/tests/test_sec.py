@@ -48,7 +48,9 @@ def test_missing_socket_dir_created_0700(tpbcast_run, tpbcast_impl):
         return mode
 
     mode = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[0].value
-    assert mode == 0o700, s.clause("SEC-1", "a missing socket dir is created 0700 (umask 0)", oct(mode))
+    assert mode == 0o700, s.clause(
+        "SEC-1", "a missing socket dir is created 0700 (umask 0)", oct(mode)
+    )
 
 
 @pytest.mark.clause("SEC-2")

@@ -74,9 +74,9 @@ def test_one_init_deadline_not_one_per_peer(tpbcast_run, tpbcast_impl):
             return "no socket"
         time.sleep(0.8 * init * ctx.rank)  # the fault: peer k arrives 0.8 * k * init late
         try:
-            return rogue_peer(
-                "handshake", rank=ctx.rank, timeout=0.5, observe=init + s.MARGIN
-            )(ctx).probe
+            return rogue_peer("handshake", rank=ctx.rank, timeout=0.5, observe=init + s.MARGIN)(
+                ctx
+            ).probe
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
 
@@ -142,9 +142,9 @@ def test_peer_that_stops_reading(tpbcast_run, tpbcast_impl):
             raised = s.attempt(bcast.broadcast, bytearray(size))
             bcast.reset()
             return raised
-        return rogue_peer(
-            "stall_mid_payload", rank=1, after=1000, observe=s.SHORT + s.MARGIN + 1
-        )(ctx)
+        return rogue_peer("stall_mid_payload", rank=1, after=1000, observe=s.SHORT + s.MARGIN + 1)(
+            ctx
+        )
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     raised, report = result.outcomes[0].value, result.outcomes[1].value
@@ -228,9 +228,7 @@ def test_deadlines_per_instance_and_io_can_be_disabled(tpbcast_run, tpbcast_impl
         forever.reset()
         return timed_out, waited, bytes(buf) == data
 
-    timed_out, waited, intact = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[
-        1
-    ].value
+    timed_out, waited, intact = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
     _in_window(timed_out, 0.3, "TIME-6", "the instance with io=0.3")
     assert waited is None and intact, s.clause(
         "TIME-6", "another instance with io disabled (inf) waits for the slow root", waited

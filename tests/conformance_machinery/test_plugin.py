@@ -1,0 +1,283 @@
+"""Self-tests of the conformance plugin and ``python -m tpbcast.conformance``.
+
+Each test writes a tiny clause registry (every area needs a clause; only WIRE-1 MUST,
+WIRE-2 SHOULD and INIT-1 MUST need tests) and a few test files citing it, then runs
+pytest in a subprocess with ``-p tpbcast.conformance.plugin --tpbcast-registry ...`` and
+judges the exit status, the terminal output and the JSON report.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tpbcast.conformance.spec import AREAS
+
+_CLAUSE = """
+[[clause]]
+id = "{id}"
+area = "{area}"
+level = "{level}"
+title = "{id} title"
+requirement = "The implementation does {id}."
+rationale = "Self-test registry."
+"""
+
+
+def _registry(required=(("WIRE-1", "MUST"), ("WIRE-2", "SHOULD"), ("INIT-1", "MUST"))):
+    parts = ['[spec]\nname = "self-test spec"\nversion = "0.1"\nretired = []\n']
+    for area in AREAS:
+        parts.append(f'[[area]]\nid = "{area}"\ntitle = "{area}"\nsummary = "Area {area}."\n')
+    have = {cid.split("-")[0] for cid, _ in required}
+    clauses = list(required) + [(f"{a}-9", "MAY") for a in AREAS if a not in have]
+    for cid, level in clauses:
+        parts.append(_CLAUSE.format(id=cid, area=cid.split("-")[0], level=level))
+    return "\n".join(parts)
+
+
+PASSING = """
+import pytest
+
+@pytest.mark.clause("WIRE-1")
+def test_wire1():
+    pass
+
+@pytest.mark.clause("WIRE-2")
+def test_wire2():
+    pass
+
+@pytest.mark.clause("INIT-1")
+def test_init1():
+    pass
+"""
+
+
+@pytest.fixture
+def suite(pytester):
+    """Write the registry; return a runner: run(test_source, *args) -> (result, json)."""
+    registry = pytester.path / "reg.toml"
+    registry.write_text(_registry())
+    out = pytester.path / "out"
+
+    def run(source, *args, name="test_suite"):
+        pytester.makepyfile(**{name: textwrap.dedent(source)})
+        result = pytester.runpytest_subprocess(
+            "-p",
+            "tpbcast.conformance.plugin",
+            f"--tpbcast-registry={registry}",
+            f"--tpbcast-report-dir={out}",
+            "-p",
+            "no:cacheprovider",
+            *args,
+        )
+        report = out / "conformance.json"
+        doc = json.loads(report.read_text()) if report.exists() else None
+        return result, doc
+
+    return run
+
+
+def _verdicts(doc):
+    return {c["id"]: c["verdict"] for c in doc["clauses"]}
+
+
+def test_all_pass_exit_zero_and_reports_written(suite, pytester):
+    result, doc = suite(PASSING)
+    assert result.ret == 0, result.stdout.str()
+    assert _verdicts(doc)["WIRE-1"] == "PASS"
+    assert _verdicts(doc)["HYG-9"] == "NOT_TESTED", "a MAY clause without a test"
+    assert {"index.html", "conformance.md", "SPEC.md"} <= {
+        p.name for p in (pytester.path / "out").iterdir()
+    }
+    result.stdout.fnmatch_lines(["*tpbcast conformance*", "MUST*PASS 2*", "conformance passed"])
+
+
+def test_unknown_clause_id_fails_the_run(suite):
+    result, doc = suite(PASSING + '\n@pytest.mark.clause("WIRE-99")\ndef test_typo():\n    pass\n')
+    assert result.ret == 4
+    result.stdout.fnmatch_lines(["*cites unknown clause id 'WIRE-99'*"])
+    assert doc is None, "no verdicts may be reported when the registry check fails"
+
+
+def test_test_without_clause_fails_the_run(suite):
+    result, _ = suite(PASSING + "\ndef test_uncited():\n    pass\n")
+    assert result.ret == 4
+    result.stdout.fnmatch_lines(["*test_uncited*cites no clause*"])
+
+
+def test_must_clause_without_test_fails_the_run(suite):
+    source = PASSING.replace('@pytest.mark.clause("INIT-1")', '@pytest.mark.clause("WIRE-1")')
+    result, _ = suite(source)
+    assert result.ret == 4
+    result.stdout.fnmatch_lines(["*MUST clause INIT-1 (INIT-1 title) has no test*"])
+
+
+def test_should_clause_without_test_fails_the_run(suite):
+    source = PASSING.replace('@pytest.mark.clause("WIRE-2")', '@pytest.mark.clause("WIRE-1")')
+    result, _ = suite(source)
+    assert result.ret == 4
+    result.stdout.fnmatch_lines(["*SHOULD clause WIRE-2*has no test*"])
+
+
+def test_registry_problem_fails_under_xdist_too(suite):
+    pytest.importorskip("xdist")
+    result, _ = suite(
+        PASSING + '\n@pytest.mark.clause("NOPE-1")\ndef test_x():\n    pass\n', "-n", "2"
+    )
+    assert result.ret == 4
+    result.stdout.fnmatch_lines(["*cites unknown clause id 'NOPE-1'*"])
+    assert "INTERNALERROR" not in result.stdout.str()
+
+
+def test_unsupported_capability_is_neither_pass_nor_fail(suite):
+    source = PASSING.replace(
+        "def test_wire2():\n    pass",
+        "def test_wire2():\n"
+        "    from tpbcast.conformance.plugin import require\n"
+        "    class Impl:\n"
+        "        name = 'fake'\n"
+        "        def supports(self, cap):\n"
+        "            return False\n"
+        "    require(Impl(), 'deadlines')\n",
+    )
+    result, doc = suite(source)
+    assert result.ret == 0
+    assert _verdicts(doc)["WIRE-2"] == "UNSUPPORTED"
+    check = next(c for c in doc["checks"] if c["test_id"].endswith("test_wire2"))
+    assert "does not declare capability 'deadlines'" in check["message"]
+
+
+def test_must_failure_exits_non_zero(suite):
+    result, doc = suite(
+        PASSING.replace(
+            "def test_wire1():\n    pass", "def test_wire1():\n    assert 1 == 2, 'WIRE-1: no'"
+        )
+    )
+    assert result.ret == 1
+    assert _verdicts(doc)["WIRE-1"] == "FAIL"
+    assert doc["summary"]["must_failures"] == ["WIRE-1"]
+    result.stdout.fnmatch_lines(["MUST FAIL: WIRE-1*", "conformance FAILED*"])
+
+
+def test_should_failure_keeps_exit_zero(suite):
+    result, doc = suite(
+        PASSING.replace("def test_wire2():\n    pass", "def test_wire2():\n    assert False")
+    )
+    assert result.ret == 0, "a SHOULD failure must not fail the run"
+    assert _verdicts(doc)["WIRE-2"] == "FAIL"
+
+
+def test_non_assertion_exception_is_error(suite):
+    result, doc = suite(
+        PASSING.replace(
+            "def test_init1():\n    pass", "def test_init1():\n    raise TypeError('suite bug')"
+        )
+    )
+    assert _verdicts(doc)["INIT-1"] == "ERROR"
+    assert result.ret == 1, "a MUST clause that could not be judged fails the run"
+
+
+def test_setup_failure_is_error(suite):
+    source = (
+        "import pytest\n\n@pytest.fixture\ndef broken():\n    assert False, 'cannot stage'\n"
+        + PASSING.replace("def test_init1():", "def test_init1(broken):")
+    )
+    _, doc = suite(source)
+    assert _verdicts(doc)["INIT-1"] == "ERROR"
+
+
+def test_rank_failure_is_fail_with_failing_rank(suite):
+    source = PASSING.replace(
+        "def test_init1():\n    pass",
+        "def test_init1(tpbcast_run):\n"
+        "    def target(ctx):\n"
+        "        assert ctx.rank != 1, 'INIT-1: rank 1 disagrees'\n"
+        "    tpbcast_run(target, 2)\n",
+    )
+    result, doc = suite(source)
+    clause = next(c for c in doc["clauses"] if c["id"] == "INIT-1")
+    assert clause["verdict"] == "FAIL" and clause["failing_rank"] == 1, clause
+    assert "rank 1" in clause["message"]
+    assert result.ret == 1
+
+
+def test_clause_selection_runs_only_matching_tests(suite):
+    # INIT-1 has no test here, but it is not selected, so the coverage check passes.
+    source = PASSING.replace("def test_init1():\n    pass", "def test_init1():\n    assert False")
+    result, doc = suite(source.replace('"INIT-1"', '"WIRE-1"'), "--tpbcast-clauses=WIRE-2")
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=1, deselected=2)
+    assert [c["id"] for c in doc["clauses"]] == ["WIRE-2"]
+
+
+def test_unknown_selector_is_a_usage_error(suite):
+    result, _ = suite(PASSING, "--tpbcast-clauses=BOGUS")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*--tpbcast-clauses*BOGUS*"])
+
+
+def test_verdict_properties_reach_junit(suite, pytester):
+    junit = pytester.path / "junit.xml"
+    suite(PASSING, f"--junitxml={junit}")
+    text = junit.read_text()
+    assert 'name="clause" value="WIRE-1"' in text
+    assert 'name="tpbcast_verdict" value="PASS"' in text
+
+
+def _main(*args, cwd):
+    return subprocess.run(
+        [sys.executable, "-m", "tpbcast.conformance", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_list_prints_clauses_without_running(tmp_path):
+    proc = _main("--list", "WIRE-1", "INIT", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:2] == ["WIRE-1", "MUST"]
+    assert all(line.startswith(("WIRE-1 ", "INIT-")) for line in lines)
+    assert not (tmp_path / "reports").exists(), "--list must not run anything"
+
+
+def test_list_rejects_unknown_prefix(tmp_path):
+    proc = _main("--list", "BOGUS", cwd=tmp_path)
+    assert proc.returncode == 4
+    assert "BOGUS" in proc.stderr
+
+
+def test_main_builds_the_pytest_command(tmp_path):
+    from tpbcast.conformance.__main__ import _parser, build_pytest_args
+
+    args = _parser().parse_args(
+        [
+            "WIRE",
+            "--clauses",
+            "INIT-3,SEC",
+            "--tpbcast-seed",
+            "7",
+            "-n",
+            "0",
+            "--report-dir",
+            str(tmp_path / "r"),
+        ]
+    )
+    argv = build_pytest_args(args, ["-x"])
+    tests_dir = Path(argv[0])
+    assert (tests_dir / "__init__.py").exists() and tests_dir.name == "tests"
+    assert "--tpbcast-clauses=WIRE,INIT-3,SEC" in argv
+    assert "--tpbcast-seed=7" in argv
+    assert f"--junitxml={tmp_path / 'r' / 'junit.xml'}" in argv
+    assert argv[-1] == "-x"
+    assert ["-p", "tpbcast.conformance.plugin"] == argv[
+        argv.index("tpbcast.conformance.plugin") - 1 : argv.index("tpbcast.conformance.plugin") + 1
+    ]
