@@ -20,7 +20,13 @@ Peer k:
   2. check the listener's uid with SO_PEERCRED (a rogue rank 0 in the abstract
      namespace or a swapped path is refused);
   3. under the init deadline: send ``struct.pack("=i", k)``, read one byte and
-     accept only 0x5a.
+     accept only 0x5a;
+  4. a reset (not an orderly close) before the probe means the listener went
+     away without accepting us (a previous incarnation): back to step 1.
+
+While rank 0 waits for more peers it also watches the joined ones: a joined
+peer that hangs up (or talks before the probe) fails the bootstrap at once,
+naming it, instead of at the init deadline.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
 import socket
 import struct
 import time
@@ -43,7 +50,7 @@ from ._errors import (
     SecurityError,
     errno_name,
 )
-from ._io import Deadline, Site, recv_exact, send_all, wait_readable
+from ._io import Deadline, Site, recv_exact, send_all
 from ._paths import FileId, ensure_private_dir, file_id, prepare_socket_path, unlink_if_same
 from ._wire import PROBE, PROBE_BYTE, RANK_SIZE, pack_rank, socket_address, unpack_rank
 
@@ -65,9 +72,27 @@ class Links:
     socket_path: str | None = None
     socket_id: FileId | None = None
     owner_pid: int | None = None
+    # A self-pipe that wakes a broadcast blocked in poll (reset from another
+    # thread); -1 when closed, like every other fd here.
+    abort_r: int = -1
+    abort_w: int = -1
+
+    def open_abort_pipe(self) -> None:
+        self.abort_r, self.abort_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+
+    def request_abort(self) -> None:
+        """Make ``abort_r`` readable (never blocks; a full pipe is already readable)."""
+        if self.abort_w >= 0:
+            with contextlib.suppress(BlockingIOError):
+                os.write(self.abort_w, b"!")
 
     def close(self, *, unlink: bool) -> None:
-        """Close every socket (slot set to None) and optionally unlink our file."""
+        """Close every socket/fd (slot set to None / -1) and optionally unlink our file."""
+        for fd in (self.abort_r, self.abort_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.abort_r = self.abort_w = -1
         for index, sock in enumerate(self.peers):
             if sock is not None:
                 close_quietly(sock)
@@ -172,7 +197,7 @@ def _accept_peers(
     allowed = config.accepted_uids(os.geteuid())
     pids: dict[int, int] = {}
     for count in range(world_size - 1):
-        conn = _accept_one(listener, deadline, label, world_size, pids)
+        conn = _accept_one(listener, deadline, label, links, pids)
         try:
             pid, uid, _gid = _peer_credentials(conn)
             if allowed is not None and uid not in allowed:
@@ -237,25 +262,26 @@ def _accept_one(
     listener: socket.socket,
     deadline: Deadline,
     label: str,
-    world_size: int,
+    links: Links,
     pids: dict[int, int],
 ) -> socket.socket:
+    """Accept the next connection, watching the peers already in meanwhile.
+
+    A joined peer must stay silent until the probe, so a readable joined
+    socket means it hung up (or broke the protocol): fail now, naming it,
+    instead of at the init deadline.
+    """
+    world_size = len(links.peers)
+    poller = select.poll()
+    poller.register(listener.fileno(), select.POLLIN)
+    watched = {sock.fileno(): peer for peer, sock in enumerate(links.peers) if sock is not None}
+    for fd in watched:
+        poller.register(fd, select.POLLIN)
     while True:
         try:
             conn, _addr = listener.accept()
         except (BlockingIOError, InterruptedError):
-            if wait_readable(listener, deadline):
-                continue
-            missing = [r for r in range(1, world_size) if r not in pids]
-            raise BroadcastTimeoutError(
-                f"{deadline.describe()} passed with {len(pids)}/{world_size - 1} peers "
-                f"connected; missing rank(s) {missing}",
-                rank=0,
-                phase="accept",
-                elapsed=deadline.elapsed(),
-                path=label,
-                errno_name="ETIMEDOUT",
-            ) from None
+            pass
         except OSError as exc:
             raise BroadcastError(
                 f"accept failed: {exc.strerror}",
@@ -265,12 +291,66 @@ def _accept_one(
                 path=label,
                 errno_name=errno_name(exc.errno),
             ) from exc
-        conn.setblocking(False)
-        return conn
+        else:
+            conn.setblocking(False)
+            return conn
+        timeout = deadline.poll_ms()
+        ready = poller.poll(timeout) if timeout != 0 else []
+        for fd, _events in ready:
+            if fd in watched:
+                _check_silent_peer(watched[fd], links, pids, deadline, label)
+        if not ready and deadline.expired():
+            missing = [r for r in range(1, world_size) if r not in pids]
+            raise BroadcastTimeoutError(
+                f"{deadline.describe()} passed with {len(pids)}/{world_size - 1} peers "
+                f"connected; missing rank(s) {missing}",
+                rank=0,
+                phase="accept",
+                elapsed=deadline.elapsed(),
+                path=label,
+                errno_name="ETIMEDOUT",
+            )
 
 
-def _connect(rank: int, path: str, config: BroadcasterConfig, *, abstract: bool) -> socket.socket:
-    deadline = Deadline(config.connect_timeout)
+def _check_silent_peer(
+    peer: int, links: Links, pids: dict[int, int], deadline: Deadline, label: str
+) -> None:
+    sock = links.peers[peer]
+    assert sock is not None
+    try:
+        data = sock.recv(64)
+    except (BlockingIOError, InterruptedError):
+        return  # spurious wake-up
+    except OSError as exc:
+        data = b""
+        code: int | None = exc.errno
+    else:
+        code = None
+    if not data:
+        raise PeerClosedError(
+            f"peer {peer} (pid {pids[peer]}) closed the connection while rank 0 waited for "
+            "the other peers",
+            rank=0,
+            peer=peer,
+            phase="accept",
+            elapsed=deadline.elapsed(),
+            path=label,
+            errno_name=errno_name(code),
+        )
+    raise HandshakeError(
+        f"peer {peer} (pid {pids[peer]}) sent {len(data)} unexpected byte(s) after its rank, "
+        "before the link probe",
+        rank=0,
+        peer=peer,
+        phase="accept",
+        elapsed=deadline.elapsed(),
+        path=label,
+    )
+
+
+def _connect(
+    rank: int, path: str, config: BroadcasterConfig, deadline: Deadline, *, abstract: bool
+) -> socket.socket:
     label = path_label(path, abstract=abstract)
     address = socket_address(path, abstract=abstract)
     attempts = 0
@@ -324,55 +404,75 @@ def _connect(rank: int, path: str, config: BroadcasterConfig, *, abstract: bool)
 def bootstrap_peer(
     rank: int, world_size: int, path: str, config: BroadcasterConfig, *, abstract: bool
 ) -> Links:
-    """Peer ``rank``'s half of the bootstrap; returns ``peers[0]`` = link to rank 0."""
+    """Peer ``rank``'s half of the bootstrap; returns ``peers[0]`` = link to rank 0.
+
+    A connection reset before any probe byte (ECONNRESET/EPIPE) means the
+    listener we reached closed without accepting us -- typically the previous
+    incarnation's rank 0 still resetting while this rank re-initializes with the
+    same path -- so we connect again while the connect deadline lasts.  An
+    orderly close (EOF) after rank 0 accepted us is its verdict: fail at once.
+    """
     label = path_label(path, abstract=abstract)
-    sock = _connect(rank, path, config, abstract=abstract)
-    try:
-        deadline = Deadline(config.init_timeout)
-        allowed = config.accepted_uids(os.geteuid())
-        pid, uid, _gid = _peer_credentials(sock)
-        if allowed is not None and uid not in allowed:
-            raise SecurityError(
-                f"the process listening on rank 0's socket (pid {pid} uid {uid}) is not an "
-                f"allowed uid ({_allowed_text(allowed)}); refusing to join",
-                rank=rank,
-                peer=0,
-                phase="connect",
-                action="connect to rank 0",
-                path=label,
-            )
-        send_all(
-            sock,
-            memoryview(pack_rank(rank)),
-            deadline,
-            Site(rank=rank, peer=0, phase="handshake", path=label, who="rank 0"),
-        )
-        probe = bytearray(1)
+    connect_deadline = Deadline(config.connect_timeout)
+    while True:
+        sock = _connect(rank, path, config, connect_deadline, abstract=abstract)
         try:
-            recv_exact(
-                sock,
-                memoryview(probe),
-                deadline,
-                Site(rank=rank, peer=0, phase="probe", path=label, who="rank 0"),
-            )
+            _join(sock, rank, config, label)
         except PeerClosedError as exc:
-            raise PeerClosedError(
-                "rank 0 closed the connection before sending the link probe (it may have "
-                "rejected this rank or failed; see rank 0's error)",
-                **{**exc.fields(), "action": None},
-            ) from exc
-        if probe[0] != PROBE_BYTE:
-            raise HandshakeError(
-                f"bad link probe byte: expected 0x{PROBE_BYTE:02x}, got 0x{probe[0]:02x}",
-                rank=rank,
-                peer=0,
-                phase="probe",
-                elapsed=deadline.elapsed(),
-                path=label,
-            )
-    except BaseException:
-        close_quietly(sock)
-        raise
-    links = Links(peers=[None] * world_size)
-    links.peers[0] = sock
-    return links
+            close_quietly(sock)
+            never_accepted = exc.errno_name in {"ECONNRESET", "EPIPE"} and not exc.bytes_done
+            if never_accepted and connect_deadline.remaining() > 0:
+                continue
+            raise
+        except BaseException:
+            close_quietly(sock)
+            raise
+        links = Links(peers=[None] * world_size)
+        links.peers[0] = sock
+        return links
+
+
+def _join(sock: socket.socket, rank: int, config: BroadcasterConfig, label: str) -> None:
+    """Credentials, rank handshake and probe on a fresh connection to rank 0."""
+    deadline = Deadline(config.init_timeout)
+    allowed = config.accepted_uids(os.geteuid())
+    pid, uid, _gid = _peer_credentials(sock)
+    if allowed is not None and uid not in allowed:
+        raise SecurityError(
+            f"the process listening on rank 0's socket (pid {pid} uid {uid}) is not an "
+            f"allowed uid ({_allowed_text(allowed)}); refusing to join",
+            rank=rank,
+            peer=0,
+            phase="connect",
+            action="connect to rank 0",
+            path=label,
+        )
+    send_all(
+        sock,
+        memoryview(pack_rank(rank)),
+        deadline,
+        Site(rank=rank, peer=0, phase="handshake", path=label, who="rank 0"),
+    )
+    probe = bytearray(1)
+    try:
+        recv_exact(
+            sock,
+            memoryview(probe),
+            deadline,
+            Site(rank=rank, peer=0, phase="probe", path=label, who="rank 0"),
+        )
+    except PeerClosedError as exc:
+        raise PeerClosedError(
+            "rank 0 closed the connection before sending the link probe (it may have "
+            "rejected this rank or failed; see rank 0's error)",
+            **{**exc.fields(), "action": None},
+        ) from exc
+    if probe[0] != PROBE_BYTE:
+        raise HandshakeError(
+            f"bad link probe byte: expected 0x{PROBE_BYTE:02x}, got 0x{probe[0]:02x}",
+            rank=rank,
+            peer=0,
+            phase="probe",
+            elapsed=deadline.elapsed(),
+            path=label,
+        )

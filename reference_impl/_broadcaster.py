@@ -47,6 +47,9 @@ from ._wire import check_path_length, socket_path
 __all__ = ["BroadcasterStatistics", "CpuTpBroadcaster", "instance"]
 
 _REASON_MAX: Final = 300
+# How long reset() from another thread waits for an aborted broadcast to leave;
+# the broadcast wakes from poll at once, so this only bounds a pathological case.
+_ABORT_WAIT: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,11 @@ class CpuTpBroadcaster:
     def __init__(self, config: BroadcasterConfig | None = None) -> None:
         self._default_config = config if config is not None else BroadcasterConfig()
         self._lock = threading.Lock()
+        # Guards the abort pipe between a resetting thread (writes) and the
+        # teardown (closes): a write must never hit a closed, reused fd number.
+        self._abort_lock = threading.Lock()
         self._busy: str | None = None
+        self._busy_thread: int | None = None
         self._generation = 0
         self._links = Links()
         self._set_uninitialized()
@@ -125,10 +132,12 @@ class CpuTpBroadcaster:
                 phase=what,
             )
         self._busy = what
+        self._busy_thread = threading.get_ident()
         try:
             yield
         finally:
             self._busy = None
+            self._busy_thread = None
             self._lock.release()
 
     # -- public API ---------------------------------------------------------
@@ -187,9 +196,15 @@ class CpuTpBroadcaster:
             if world_size > 1:
                 abstract = cfg.abstract_namespace
                 if rank == 0:
-                    self._links = bootstrap_root(world_size, path, cfg, abstract=abstract)
+                    links = bootstrap_root(world_size, path, cfg, abstract=abstract)
                 else:
-                    self._links = bootstrap_peer(rank, world_size, path, cfg, abstract=abstract)
+                    links = bootstrap_peer(rank, world_size, path, cfg, abstract=abstract)
+                try:
+                    links.open_abort_pipe()
+                except BaseException:
+                    links.close(unlink=True)
+                    raise
+                self._links = links
             self._rank, self._world_size, self._base_path = rank, world_size, base_path
             self._config = cfg
             self._initialized = True
@@ -249,13 +264,44 @@ class CpuTpBroadcaster:
         """Close every connection, remove rank 0's socket file, forget the group.
 
         Idempotent; bumps ``generation`` every time.  The other ranks see EOF
-        (reading) or EPIPE (writing) on their next I/O.
+        (reading) or EPIPE (writing) on their next I/O.  Called from another
+        thread while a broadcast is in flight, it makes that broadcast fail
+        (BroadcastError, "aborted") and waits for it to leave before closing
+        anything, so the broadcast never touches a closed or reused fd.
+
+        :raises BroadcastError: called while ``initialize`` runs, re-entrantly
+            from the broadcasting thread (a signal handler), or the broadcast
+            did not stop within ``_ABORT_WAIT`` seconds.
         """
-        with self._guard("reset"):
-            self._links.close(unlink=True)
-            self._links = Links()
+        if not self._lock.acquire(blocking=False):
+            if self._busy != "broadcast" or self._busy_thread == threading.get_ident():
+                raise BroadcastError(
+                    f"reset() called while {self._busy}() is running (a signal handler, or "
+                    "another thread during initialize); a broadcaster is not re-entrant",
+                    rank=self._rank,
+                    phase="reset",
+                )
+            with self._abort_lock:
+                self._links.request_abort()
+            if not self._lock.acquire(timeout=_ABORT_WAIT):
+                raise BroadcastError(
+                    f"reset() asked the in-flight broadcast to stop, but it did not within "
+                    f"{_ABORT_WAIT:g} s",
+                    rank=self._rank,
+                    phase="reset",
+                )
+        self._busy = "reset"
+        self._busy_thread = threading.get_ident()
+        try:
+            with self._abort_lock:
+                self._links.close(unlink=True)
+                self._links = Links()
             self._set_uninitialized()
             self._generation += 1
+        finally:
+            self._busy = None
+            self._busy_thread = None
+            self._lock.release()
 
     def statistics(self) -> BroadcasterStatistics:
         """A frozen snapshot of the state and byte counters."""
@@ -285,8 +331,12 @@ class CpuTpBroadcaster:
         assert self._base_path is not None
         return path_label(socket_path(self._base_path), abstract=self.config.abstract_namespace)
 
+    def _abort_fd(self) -> int | None:
+        return self._links.abort_r if self._links.abort_r >= 0 else None
+
     def _send(self, views: list[memoryview], total: int, deadline: Deadline) -> None:
         assert self._world_size is not None
+        abort_fd = self._abort_fd()
         label = self._label()
         for peer in range(1, self._world_size):
             sock = self._links.peers[peer]
@@ -294,17 +344,22 @@ class CpuTpBroadcaster:
             site = Site(rank=0, peer=peer, phase="broadcast", path=label, who=f"peer {peer}")
             done = 0
             for view in views:
-                done += send_all(sock, view, deadline, site, offset=done, total=total)
+                done += send_all(
+                    sock, view, deadline, site, offset=done, total=total, abort_fd=abort_fd
+                )
                 self._bytes_sent += len(view)
 
     def _receive(self, views: list[memoryview], total: int, deadline: Deadline) -> None:
         assert self._rank is not None
+        abort_fd = self._abort_fd()
         sock = self._links.peers[0]
         assert sock is not None
         site = Site(rank=self._rank, peer=0, phase="broadcast", path=self._label(), who="rank 0")
         done = 0
         for view in views:
-            done += recv_exact(sock, view, deadline, site, offset=done, total=total)
+            done += recv_exact(
+                sock, view, deadline, site, offset=done, total=total, abort_fd=abort_fd
+            )
             self._bytes_received += len(view)
 
     def _break(self, exc: BaseException) -> None:
@@ -320,7 +375,9 @@ class CpuTpBroadcaster:
     def _forget_after_fork(self) -> None:
         """In a forked child: drop inherited connections, unlink nothing."""
         self._lock = threading.Lock()
+        self._abort_lock = threading.Lock()
         self._busy = None
+        self._busy_thread = None
         self._links.close(unlink=False)
         self._links = Links()
         self._set_uninitialized()

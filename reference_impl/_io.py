@@ -129,14 +129,35 @@ def _error_for(
     )
 
 
-def _poller(sock: socket.socket, events: int) -> select.poll:
+class _AbortRequestedError(Exception):
+    """The abort fd became readable: another thread asked this transfer to stop."""
+
+
+def _poller(sock: socket.socket, events: int, abort_fd: int | None) -> select.poll:
     poller = select.poll()
     poller.register(sock.fileno(), events)
+    if abort_fd is not None:
+        poller.register(abort_fd, select.POLLIN)
     return poller
 
 
-def _wait(poller: select.poll, deadline: Deadline) -> int:
-    """Poll one registered fd; returns the revents, 0 on timeout."""
+def _aborted(site: Site, verb: str, done: int, total: int, deadline: Deadline) -> BroadcastError:
+    return site.fail(
+        BroadcastError,
+        "aborted: reset() was called from another thread during the transfer",
+        verb=verb,
+        done=done,
+        total=total,
+        deadline=deadline,
+        code=errno.ECANCELED,
+    )
+
+
+def _wait(poller: select.poll, deadline: Deadline, abort_fd: int | None = None) -> int:
+    """Poll the socket (and the abort fd); returns the socket's revents, 0 on timeout.
+
+    :raises _AbortRequestedError: the abort fd is readable.
+    """
     while True:
         timeout = deadline.poll_ms()
         if timeout == 0:
@@ -145,6 +166,8 @@ def _wait(poller: select.poll, deadline: Deadline) -> int:
             ready = poller.poll(timeout)
         except InterruptedError:  # pragma: no cover - PEP 475 retries already
             continue
+        if any(fd == abort_fd for fd, _ in ready):
+            raise _AbortRequestedError
         if ready:
             return ready[0][1]
         if deadline.expired():
@@ -153,7 +176,7 @@ def _wait(poller: select.poll, deadline: Deadline) -> int:
 
 def wait_readable(sock: socket.socket, deadline: Deadline) -> bool:
     """True when ``sock`` is readable (or hung up) before the deadline."""
-    return _wait(_poller(sock, _POLL_IN), deadline) != 0
+    return _wait(_poller(sock, _POLL_IN, None), deadline) != 0
 
 
 def send_all(
@@ -164,12 +187,15 @@ def send_all(
     *,
     offset: int = 0,
     total: int | None = None,
+    abort_fd: int | None = None,
 ) -> int:
     """Send every byte of ``data`` before ``deadline``; returns ``len(data)``.
 
     :param offset: bytes of the same transfer already sent before ``data``
         (several buffers go back to back), only for the error message.
     :param total: bytes of the whole transfer, for the error message.
+    :param abort_fd: when it turns readable, stop with a BroadcastError
+        (``reset()`` from another thread uses it; see ``_broadcaster``).
     :raises PeerClosedError: the peer closed (EPIPE / ECONNRESET).
     :raises BroadcastTimeoutError: the deadline passed first.
     :raises BroadcastError: any other socket error, errno named.
@@ -201,8 +227,11 @@ def send_all(
                 code=errno.EPIPE,
             )
         if poller is None:
-            poller = _poller(sock, _POLL_OUT)
-        revents = _wait(poller, deadline)
+            poller = _poller(sock, _POLL_OUT, abort_fd)
+        try:
+            revents = _wait(poller, deadline, abort_fd)
+        except _AbortRequestedError:
+            raise _aborted(site, "write to", offset + sent, whole, deadline) from None
         if revents == 0:
             raise site.fail(
                 BroadcastTimeoutError,
@@ -235,6 +264,7 @@ def recv_exact(
     *,
     offset: int = 0,
     total: int | None = None,
+    abort_fd: int | None = None,
 ) -> int:
     """Fill all of ``view`` (a writable byte memoryview) before ``deadline``.
 
@@ -268,8 +298,11 @@ def recv_exact(
                 deadline=deadline,
             )
         if poller is None:
-            poller = _poller(sock, _POLL_IN)
-        revents = _wait(poller, deadline)
+            poller = _poller(sock, _POLL_IN, abort_fd)
+        try:
+            revents = _wait(poller, deadline, abort_fd)
+        except _AbortRequestedError:
+            raise _aborted(site, "read from", offset + got, whole, deadline) from None
         if revents == 0:
             raise site.fail(
                 BroadcastTimeoutError,

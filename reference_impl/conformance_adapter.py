@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from importlib import metadata
-from typing import Final, final
+from typing import Any, Final, cast, final
 
 from ._broadcaster import BroadcasterStatistics, CpuTpBroadcaster
 from ._config import BroadcasterConfig
@@ -26,6 +26,7 @@ CAPABILITIES: Final = frozenset(
         "peer_credentials",
         "secure_dir",
         "error_details",
+        "dispatch",
     }
 )
 
@@ -99,6 +100,36 @@ class ReferenceAdapter:
 
     def statistics(self) -> BroadcasterStatistics:
         return self.broadcaster.statistics()
+
+    def make_dispatcher(
+        self,
+        *,
+        rank: int,
+        world_size: int,
+        workdir: str,
+        group_timeout: float = 10.0,
+        connect: float | None = None,
+        init: float | None = None,
+        io: float | None = None,
+    ) -> object:
+        """The ``dispatch`` capability: a per-rank fallback dispatcher (issue 6).
+
+        Imported lazily: the dispatch layer brings torch.distributed with it.
+        """
+        from ._dispatch import make_dispatch_adapter
+
+        # UdsBroadcaster declares initialize(..., **kwargs); ours is keyword-only
+        # `config=`, which is what the dispatcher passes.
+        return make_dispatch_adapter(
+            cast(Any, self.broadcaster),
+            rank=rank,
+            world_size=world_size,
+            workdir=workdir,
+            group_timeout=group_timeout,
+            connect=connect,
+            init=init,
+            io=io,
+        )
 
 
 def make() -> ReferenceAdapter:

@@ -8,6 +8,7 @@ reaction (error type, fields, message, cleanup).
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import threading
@@ -497,3 +498,66 @@ def test_permission_denied_on_connect_fails_fast(base_path: str) -> None:
     assert ok
     assert text.startswith("SecurityError") and "(EACCES)" in text
     assert took < 5.0
+
+
+def test_joined_peer_dying_fails_rank0_before_the_init_deadline(base_path: str) -> None:
+    """Peer 1 announces itself and dies while rank 0 still waits for peer 2."""
+
+    def raw_peer1() -> bool:
+        sock = raw_connect(base_path + "_0.sock")
+        sock.sendall(pack_rank(1))
+        sock.close()  # the fault: gone before the probe
+        return True
+
+    root, peer = fork_all([_root_expecting_failure(base_path, 3, init_timeout=6.0), raw_peer1])
+    assert values([peer]) == [True]
+    err, fds_restored, clean = values([root])[0]
+    assert isinstance(err, PeerClosedError)
+    assert err.peer == 1 and err.phase == "accept"
+    assert err.elapsed is not None and err.elapsed < 3.0  # not the 6 s init deadline
+    assert "peer 1" in str(err)
+    assert fds_restored and clean
+
+
+def test_joined_peer_talking_before_the_probe_is_refused(base_path: str) -> None:
+    def raw_peer1() -> bytes:
+        sock = raw_connect(base_path + "_0.sock")
+        sock.sendall(pack_rank(1) + b"junk")
+        try:
+            return sock.recv(1)
+        except ConnectionResetError:
+            return b""
+
+    root, peer = fork_all([_root_expecting_failure(base_path, 3, init_timeout=6.0), raw_peer1])
+    assert values([peer]) == [b""]
+    err, fds_restored, clean = values([root])[0]
+    assert isinstance(err, HandshakeError)
+    assert "peer 1" in str(err) and "unexpected byte" in str(err)
+    assert fds_restored and clean
+
+
+def test_peer_reconnects_when_a_stale_listener_drops_it(base_path: str) -> None:
+    """A previous incarnation's listener closes with our connection still pending:
+    the peer connects again (within its connect deadline) and joins the new rank 0."""
+
+    def root() -> bytes:
+        old = raw_listen(base_path + "_0.sock", 1)
+        ready, _, _ = select.select([old], [], [], 10)  # the peer is pending in the backlog
+        assert ready, "the peer never connected to the old listener"
+        old.close()  # the fault: pending connection reset
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(0, 2, base_path)  # replaces the stale socket file
+        buf = bytearray(b"second")
+        b.broadcast(buf)
+        b.reset()
+        return bytes(buf)
+
+    def peer() -> bytes:
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(1, 2, base_path)
+        buf = bytearray(6)
+        b.broadcast(buf)
+        b.reset()
+        return bytes(buf)
+
+    assert values(fork_all([root, peer])) == [b"second", b"second"]

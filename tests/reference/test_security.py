@@ -246,7 +246,8 @@ def test_all_fds_cloexec_and_closed_after_reset(base_path: str) -> None:
         b = CpuTpBroadcaster(fast_config())
         b.initialize(rank, 3, base_path)
         new = list_fds() - before
-        assert len(new) == (3 if rank == 0 else 1)  # listener + 2 peers, or 1 link
+        # listener + 2 peers, or 1 link; plus the abort self-pipe (2 fds)
+        assert len(new) == (3 if rank == 0 else 1) + 2
         cloexec = all(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC for fd in new)
         b.broadcast(bytearray(b"x" if rank == 0 else 1))
         b.reset()
@@ -255,7 +256,7 @@ def test_all_fds_cloexec_and_closed_after_reset(base_path: str) -> None:
         assert list_fds() == before
         return len(new), cloexec
 
-    assert values(run_group(rank_main, 3)) == [(3, True), (1, True), (1, True)]
+    assert values(run_group(rank_main, 3)) == [(5, True), (3, True), (3, True)]
     assert not os.path.exists(base_path + "_0.sock")
 
 

@@ -344,44 +344,54 @@ def test_adapter_loads_through_the_harness_contract() -> None:
     assert all(impl.supports(cap) for cap in CAPABILITIES)
 
 
-def test_overlapping_calls_are_refused_not_interleaved(base_path: str) -> None:
-    """A second thread may not write into the stream while a broadcast is running."""
+def test_overlapping_broadcast_is_refused_and_reset_aborts(base_path: str) -> None:
+    """Another thread may not write into a running broadcast; its reset() aborts it.
+
+    The reset waits for the aborted broadcast to leave before closing anything,
+    so the broadcast never touches a closed (or reused) fd.
+    """
     tried = Event()
     size = 8 << 20
 
-    def rank_main(rank: int) -> str:
+    def rank_main(rank: int) -> object:
         import threading
         import time
 
-        b = CpuTpBroadcaster(fast_config())
+        b = CpuTpBroadcaster(fast_config(io_timeout=30.0))
         b.initialize(rank, 2, base_path)
         if rank == 1:
-            tried.wait()  # rank 0 stays blocked in its write until then
-            b.broadcast(bytearray(size))
+            tried.wait()  # never reads: rank 0 stays blocked in its write
             b.reset()
             return "peer"
-        refused: list[BaseException] = []
+        seen: dict[str, object] = {}
 
         def other_thread() -> None:
             deadline = time.monotonic() + 10
             while b._busy != "broadcast" and time.monotonic() < deadline:  # white-box
                 time.sleep(0.001)
-            for call in (lambda: b.broadcast(bytearray(1)), b.reset):
-                try:
-                    call()
-                except BroadcastError as exc:
-                    refused.append(exc)
+            try:
+                b.broadcast(bytearray(1))
+            except BroadcastError as exc:
+                seen["overlap"] = str(exc)
+            start = time.monotonic()
+            b.reset()  # returns once the in-flight broadcast has stopped
+            seen["reset_took"] = time.monotonic() - start
+            seen["after_reset"] = b.is_initialized()
             tried.notify()
 
         worker = threading.Thread(target=other_thread)
         worker.start()
-        b.broadcast(bytearray(size))  # blocks: the peer reads only after `tried`
-        worker.join(10)
-        assert b.statistics().bytes_sent == size and not b.statistics().broken
-        b.reset()
-        return " | ".join(str(e) for e in refused)
+        with pytest.raises(BroadcastError) as info:
+            b.broadcast(bytearray(size))
+        worker.join(15)
+        assert not worker.is_alive()
+        seen["aborted"] = info.value
+        return seen
 
-    text, peer = values(run_group(rank_main, 2))
+    seen, peer = values(run_group(rank_main, 2))
     assert peer == "peer"
-    assert "broadcast() called while broadcast() is running" in text
-    assert "reset() called while broadcast() is running" in text
+    assert "broadcast() called while broadcast() is running" in seen["overlap"]
+    aborted = seen["aborted"]
+    assert type(aborted) is BroadcastError and "aborted: reset()" in str(aborted)
+    assert aborted.errno_name == "ECANCELED" and aborted.peer == 1
+    assert seen["after_reset"] is False and seen["reset_took"] < 5
