@@ -14,8 +14,11 @@ States: uninitialized -> initialized -> (broken) -> uninitialized (``reset``).
   broken, closes its connections at once (so the other ranks see EOF promptly
   instead of waiting for their deadline), and refuses to broadcast until
   ``reset()``.
-- Not re-entrant: a call that overlaps another (another thread, a signal
-  handler) raises instead of corrupting the stream.
+- Not re-entrant: a broadcast or initialize that overlaps another call
+  (another thread, a signal handler) raises instead of corrupting the stream;
+  ``reset()`` from another thread during a broadcast aborts that broadcast
+  (a self-pipe wakes its poll), waits for it to leave, then tears down -- the
+  broadcast never touches a closed or reused fd.
 - After ``fork()`` the child forgets every inherited connection (closes its
   copies, unlinks nothing): two processes on one stream would corrupt it.
 """
