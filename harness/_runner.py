@@ -18,6 +18,7 @@ and reaps every rank: a group never outlives its ``run_ranks`` call.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import signal
@@ -190,8 +191,8 @@ def run_ranks(
         start = time.monotonic()
         deadline = start + timeout
         parent = os.getpid()
-        for r in range(world_size):
-            spec = RankSpec(
+        specs = [
+            RankSpec(
                 rank=r,
                 world_size=world_size,
                 parent_pid=parent,
@@ -206,10 +207,24 @@ def run_ranks(
                 check_fds=check_fds,
                 faults=faults.for_rank(r) if faults is not None else {},
             )
-            forked_at = time.monotonic()
-            pid = _fork(spec, mesh, target, args)
-            ranks.append(_Rank(r, pid, forked_at))
-            reaper.add(pid)
+            for r in range(world_size)
+        ]
+        # gc.freeze: a garbage collection in a rank would otherwise walk every object it
+        # inherited and copy-on-write fault the whole heap (tens of ms with torch loaded).
+        # Frozen objects are invisible to the ranks' collector; the parent thaws them
+        # right after forking (skipped if someone else froze objects for their reasons).
+        freeze = gc.isenabled() and gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
+        try:
+            for spec in specs:
+                forked_at = time.monotonic()
+                pid = _fork(spec, mesh, target, args)
+                ranks.append(_Rank(spec.rank, pid, forked_at))
+                reaper.add(pid)
+        finally:
+            if freeze:
+                gc.unfreeze()
         mesh.parent_after_fork()
         failure_order = _supervise(
             ranks,
