@@ -91,7 +91,7 @@ def _have_xdist() -> bool:
     return importlib.util.find_spec("xdist") is not None
 
 
-def selectors_of(args: argparse.Namespace) -> list[str]:  # noqa: D103
+def selectors_of(args: argparse.Namespace) -> list[str]:
     """Every clause prefix given, positional and ``--clauses``, in order."""
     raw = [*args.prefixes, *args.clauses]
     return [part.strip() for item in raw for part in item.split(",") if part.strip()]

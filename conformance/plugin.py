@@ -281,7 +281,8 @@ def pytest_runtest_makereport(
         final = judge(phases)
         props = report.user_properties
         props.append((P_VERDICT, final.verdict.value))
-        props.append((P_DURATION, round(item.stash[_DURATION_KEY], 6)))
+        duration: float = item.stash[_DURATION_KEY]
+        props.append((P_DURATION, round(duration, 6)))
         if final.message:
             props.append((P_MESSAGE, final.message))
         if final.failing_rank is not None:

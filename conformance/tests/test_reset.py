@@ -48,7 +48,7 @@ def test_reset_closes_fds_removes_socket_and_uninitializes(tpbcast_run, tpbcast_
 
     result = tpbcast_run(target, timeout=s.GROUP_TIMEOUT)
     for outcome in result.outcomes:
-        opened, leaked, sock, initialized, raised = outcome.value
+        opened, leaked, _, initialized, raised = outcome.value
         assert opened, f"rank {outcome.rank} opened no fd at all: nothing to judge"
         assert not leaked, s.clause(
             "RESET-2", f"rank {outcome.rank}: reset closes every fd it opened", leaked

@@ -165,7 +165,7 @@ def test_payload_goes_to_peer_1_first_whatever_the_connect_order(tpbcast_run, tp
 
     result = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT)
     want = s.digest(data)
-    probe2, early2, digest2 = result.outcomes[2].value
+    _, early2, digest2 = result.outcomes[2].value
     assert early2 is None, s.clause(
         "WIRE-3/WIRE-6",
         "the root writes the whole payload to announced rank 1 before rank 2, whatever "
