@@ -16,6 +16,25 @@ from ._broadcaster import BroadcasterStatistics as BroadcasterStatistics
 from ._broadcaster import CpuTpBroadcaster as CpuTpBroadcaster
 from ._broadcaster import instance as instance
 from ._config import BroadcasterConfig as BroadcasterConfig
+from ._dispatch import BootstrapConsensusError as BootstrapConsensusError
+from ._dispatch import BootstrapDecision as BootstrapDecision
+from ._dispatch import BootstrapFallbackWarning as BootstrapFallbackWarning
+from ._dispatch import CpuBroadcastDispatcher as CpuBroadcastDispatcher
+from ._dispatch import DispatchAdapter as DispatchAdapter
+from ._dispatch import DispatchPath as DispatchPath
+from ._dispatch import ParallelMode as ParallelMode
+from ._dispatch import UnsupportedDeviceError as UnsupportedDeviceError
+from ._dispatch import UnsupportedModeError as UnsupportedModeError
+from ._dispatch import UnsupportedRootError as UnsupportedRootError
+from ._dispatch import bootstrap as bootstrap
+from ._dispatch import is_uds_eligible as is_uds_eligible
+from ._dispatch import make_dispatch_adapter as make_dispatch_adapter
+from ._engines import CollectiveEngine as CollectiveEngine
+from ._engines import CollectiveError as CollectiveError
+from ._engines import EngineRecorder as EngineRecorder
+from ._engines import RecordingEngine as RecordingEngine
+from ._engines import TorchDistributedEngine as TorchDistributedEngine
+from ._engines import all_gather_status as all_gather_status
 from ._errors import BroadcastError as BroadcastError
 from ._errors import BroadcastTimeoutError as BroadcastTimeoutError
 from ._errors import BrokenBroadcasterError as BrokenBroadcasterError
@@ -31,29 +50,42 @@ from ._wire import RANK_FORMAT as RANK_FORMAT
 from ._wire import SUN_PATH_MAX as SUN_PATH_MAX
 from ._wire import socket_path as socket_path
 
-# --- dispatch (issue 6) ------------------------------------------------------
-# Reserved: another helper adds `_dispatch.py` / `_engines.py` and re-exports
-# their public names here (e.g. `from ._dispatch import make_dispatcher as
-# make_dispatcher`), appending them to __all__ below.
-# -----------------------------------------------------------------------------
-
 __all__ = [
     "PROBE_BYTE",
     "RANK_FORMAT",
     "SUN_PATH_MAX",
+    "BootstrapConsensusError",
+    "BootstrapDecision",
+    "BootstrapFallbackWarning",
     "BroadcastError",
     "BroadcastTimeoutError",
     "BroadcasterConfig",
     "BroadcasterStatistics",
     "BrokenBroadcasterError",
+    "CollectiveEngine",
+    "CollectiveError",
     "ConfigurationError",
+    "CpuBroadcastDispatcher",
     "CpuTpBroadcaster",
+    "DispatchAdapter",
+    "DispatchPath",
+    "EngineRecorder",
     "HandshakeError",
     "NotInitializedError",
+    "ParallelMode",
     "PeerClosedError",
+    "RecordingEngine",
     "ReinitMismatchError",
     "SecurityError",
+    "TorchDistributedEngine",
+    "UnsupportedDeviceError",
+    "UnsupportedModeError",
+    "UnsupportedRootError",
+    "all_gather_status",
+    "bootstrap",
     "instance",
+    "is_uds_eligible",
     "make_base_path",
+    "make_dispatch_adapter",
     "socket_path",
 ]
