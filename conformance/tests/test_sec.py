@@ -266,11 +266,12 @@ def test_live_listener_not_stolen(tpbcast_run, tpbcast_impl):
             ino = os.stat(path).st_ino
             ctx.notify("listening")
             ctx.wait("root_done", timeout=15)
-            still = os.stat(path).st_ino == ino if os.path.exists(path) else False
+            still = os.path.exists(path) and os.stat(path).st_ino == ino
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
                 reachable = probe.connect_ex(path) == 0
             srv.close()
-            os.unlink(path)
+            if still:
+                os.unlink(path)
             return still, reachable
         ctx.wait("listening", timeout=10)
         bcast = s.make(tpbcast_impl, init=s.SHORT)
