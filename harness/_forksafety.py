@@ -10,8 +10,11 @@ Policy (environment variable ``TPBCAST_TORCH_THREADS``):
 
 - unset or ``1`` (default): every rank with torch imported calls ``torch.set_num_threads(1)``
   first thing, so forking is safe even after the parent ran torch ops.
-- ``keep``: ranks keep the inherited setting; then a parent with native threads that
-  Python does not know about (the OpenMP pool) is refused with :class:`ForkSafetyError`.
+- ``keep``: ranks keep the inherited setting; then a parent whose OpenMP pool exists is
+  refused with :class:`ForkSafetyError`. The pool is recognised precisely: native threads
+  blocked inside an OpenMP runtime (``/proc/self/task/<tid>/syscall`` gives the
+  instruction pointer, ``/proc/self/maps`` the library) or spinning on a CPU right after
+  a parallel region. numpy's OpenBLAS threads (idle in libc) do not count.
 
 Python threads (pytest-xdist's execnet threads, for instance) are not a hazard for our
 ranks: the child never touches their locks, and they are recognised through
@@ -36,20 +39,58 @@ class ForkSafetyError(RuntimeError):
 
 @dataclass(frozen=True)
 class NativeThread:
-    """A thread of this process without a Python frame (``tid`` and kernel ``comm`` name)."""
+    """A thread of this process without a Python frame.
+
+    ``where`` is the library the thread is blocked in (from its syscall instruction
+    pointer: ``libgomp.so.1`` for an idle OpenMP worker, ``libc.so.6`` for most others),
+    ``"running"`` when it is on a CPU (an OpenMP worker spins for a while after a parallel
+    region), or ``"?"`` when the kernel does not tell.
+    """
 
     tid: int
     name: str
+    where: str
+
+    @property
+    def looks_like_openmp(self) -> bool:
+        lib = self.where.lower()
+        return "omp" in lib or lib == "running"
+
+
+def _mapped_libraries() -> list[tuple[int, int, str]]:
+    spans = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and "x" in parts[1]:
+                lo, hi = parts[0].split("-")
+                spans.append((int(lo, 16), int(hi, 16), os.path.basename(parts[5])))
+    return spans
+
+
+def _where(tid: int, spans: list[tuple[int, int, str]]) -> str:
+    try:
+        with open(f"/proc/self/task/{tid}/syscall") as f:
+            fields = f.read().split()
+    except OSError:
+        return "?"
+    if not fields or fields[0] == "running":
+        return "running" if fields else "?"
+    if len(fields) < 9:
+        return "?"
+    ip = int(fields[-1], 16)
+    for lo, hi, name in spans:
+        if lo <= ip < hi:
+            return name
+    return "?"
 
 
 def native_threads() -> tuple[NativeThread, ...]:
-    """Threads of this process beyond the ones that run Python code.
+    """Threads of this process that do not run Python code, with where they are.
 
-    ``/proc/self/task`` lists every thread; Python threads are those in
-    ``sys._current_frames()`` (which, unlike ``threading.enumerate()``, includes threads
-    started with ``_thread``, as execnet does). The count difference is the number of native
-    threads; which tids they are cannot be told apart cheaply, so they are all named and the
-    Python ones (by ``threading`` native ids) removed where known.
+    Python threads are excluded by their native ids (``threading``); threads started with
+    ``_thread`` (execnet, in xdist workers) have no native id there, so the number of
+    Python thread states (``sys._current_frames()``) caps how many tids count as native.
     """
     import threading
 
@@ -59,15 +100,18 @@ def native_threads() -> tuple[NativeThread, ...]:
         return ()
     known = {t.native_id for t in threading.enumerate()}
     candidates = [t for t in tids if t not in known and t != os.getpid()]
+    spans = _mapped_libraries()
     found = []
-    for tid in candidates[-extra:] if extra < len(candidates) else candidates:
+    for tid in candidates:
         try:
             with open(f"/proc/self/task/{tid}/comm") as f:
                 name = f.read().strip()
         except OSError:
             continue
-        found.append(NativeThread(tid, name))
-    return tuple(found)
+        found.append(NativeThread(tid, name, _where(tid, spans)))
+    # Unknown _thread threads look native here; prefer reporting OpenMP-looking ones.
+    found.sort(key=lambda t: not t.looks_like_openmp)
+    return tuple(found[:extra])
 
 
 def torch_policy() -> str:
@@ -84,15 +128,13 @@ def check_fork_safety() -> None:
     """
     if "torch" not in sys.modules or torch_policy() != "keep":
         return
-    threads = native_threads()
-    # torch starts one native helper thread at import time (measured with torch 2.13);
-    # a parallel op adds the OpenMP workers.
-    if len(threads) <= 1:
-        return
-    names = ", ".join(f"{t.name}[{t.tid}]" for t in threads)
+    pool = [t for t in native_threads() if t.looks_like_openmp]
+    if not pool:
+        return  # e.g. numpy's OpenBLAS threads, idle in libc: not torch's pool
+    names = ", ".join(f"tid {t.tid} ({t.name}, in {t.where})" for t in pool)
     raise ForkSafetyError(
-        f"refusing to fork ranks: torch is imported and this process runs {len(threads)} "
-        f"native threads ({names}), the sign of a started OpenMP pool.\n"
+        f"refusing to fork ranks: torch is imported and this process has {len(pool)} "
+        f"OpenMP worker thread(s) ({names}): a parallel torch op already ran here.\n"
         "Why: fork copies only the calling thread; a rank's first parallel torch op would "
         "wait forever for pool workers that do not exist in the child.\n"
         "Fix one of:\n"
