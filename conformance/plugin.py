@@ -65,6 +65,8 @@ P_DURATION: Final = "tpbcast_duration"
 P_IMPL: Final = "tpbcast_impl_name"
 P_IMPL_VERSION: Final = "tpbcast_impl_version"
 P_IMPL_CAPS: Final = "tpbcast_impl_capabilities"
+P_IMPL_SPEC: Final = "tpbcast_impl_spec"
+P_SEED: Final = "tpbcast_seed"
 
 _SPEC_KEY: Final = pytest.StashKey[Spec]()
 _SELECTED_KEY: Final = pytest.StashKey[tuple[str, ...] | None]()
@@ -256,6 +258,12 @@ def pytest_collection_modifyitems(
 # --------------------------------------------------------------------------- verdicts
 
 
+@pytest.fixture(autouse=True)
+def tpbcast_conformance_settings(tpbcast_settings: Any) -> Any:
+    """The session's effective settings (impl spec, seed), recorded in every report."""
+    return tpbcast_settings
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -271,7 +279,12 @@ def pytest_runtest_makereport(
     else:
         phases.append(judge_exception(call.when, call.excinfo.value, call.excinfo.exconly()))
     if call.when == "setup":
-        impl = getattr(item, "funcargs", {}).get("tpbcast_impl")
+        funcargs = getattr(item, "funcargs", {})
+        settings = funcargs.get("tpbcast_conformance_settings")
+        if settings is not None:
+            report.user_properties.append((P_IMPL_SPEC, str(settings.impl)))
+            report.user_properties.append((P_SEED, int(settings.seed)))
+        impl = funcargs.get("tpbcast_impl")
         if impl is not None:
             report.user_properties.append((P_IMPL, str(impl.name)))
             report.user_properties.append((P_IMPL_VERSION, str(impl.version)))
@@ -308,6 +321,8 @@ class _ResultCollector:
     checks: list[CheckResult] = field(default_factory=list)
     clauses_by_node: dict[str, tuple[str, ...]] = field(default_factory=dict)
     impl: ImplementationInfo | None = None
+    impl_spec: str = ""
+    seed: int | None = None
     registry_problems: str | None = None
     started: float = field(default_factory=time.monotonic)
     suite: SuiteResult | None = None
@@ -325,6 +340,10 @@ class _ResultCollector:
         clauses = tuple(str(v) for k, v in props if k == P_CLAUSE)
         if clauses:
             self.clauses_by_node[report.nodeid] = clauses
+        if P_IMPL_SPEC in values and not self.impl_spec:
+            self.impl_spec = str(values[P_IMPL_SPEC])
+        if P_SEED in values and self.seed is None:
+            self.seed = int(str(values[P_SEED]))
         if P_IMPL in values and self.impl is None:
             caps = str(values.get(P_IMPL_CAPS, ""))
             self.impl = ImplementationInfo(
@@ -358,14 +377,7 @@ class _ResultCollector:
             )
 
     def _impl_spec(self) -> str:
-        option = getattr(self.config.option, "tpbcast_impl", None)
-        if option:
-            return str(option)
-        try:
-            from tpbcast.fixtures import settings_from_config  # type: ignore[attr-defined]
-        except ImportError:
-            return ""
-        return str(getattr(settings_from_config(self.config), "impl", ""))
+        return self.impl_spec or str(getattr(self.config.option, "tpbcast_impl", None) or "")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -375,14 +387,13 @@ class _ResultCollector:
             return
         if int(exitstatus) in _KEEP_STATUS or self.config.option.collectonly:
             return
-        seed = getattr(self.config.option, "tpbcast_seed", None)
         self.suite = aggregate(
             self.spec,
             self.checks,
             implementation=self.impl or ImplementationInfo(spec=self._impl_spec()),
             clauses=self.chosen,
             duration=time.monotonic() - self.started,
-            seed=None if seed is None else int(seed),
+            seed=self.seed,
         )
         try:
             self.written = _write_reports(self.suite, _report_dir(self.config), self.spec)
