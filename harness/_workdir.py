@@ -1,17 +1,24 @@
 """The private, short working directory of a group, and what the ranks left in it.
 
-Short by construction (``/tmp/tpb-XXXXXXXX``): ``<workdir>/g_0.sock`` stays far below the
-107-byte ``sun_path`` limit even when TMPDIR is long (pytest's tmp_path often is not).
-Mode 0700 (mkdtemp), so no other user can plant or connect to sockets in it.
+Two private directories per group, both mode 0700 (mkdtemp), both named ``tpb-*``:
 
-The harness keeps its own capture files in ``<workdir>/.tpb``; everything else that exists
-after the group and did not exist (same inode) before it is a leftover.
+- the ranks' workdir (``ctx.workdir``), short by construction (``/tmp/tpb-XXXXXXXX``):
+  ``<workdir>/g_0.sock`` stays far below the 107-byte ``sun_path`` limit even when TMPDIR
+  is long (pytest's tmp_path often is). Everything in it after the group that did not
+  exist (same inode) before it is a leftover;
+- the capture dir, where the harness keeps each rank's stdout, stderr, result records and
+  stack dump. It lives on tmpfs (``/dev/shm``) when available: creating a file on the
+  CI box's ext4 costs ~35 us against ~2 us on tmpfs, and a rank creates four.
 
-Private workdirs are reused: after a clean group (no leftovers) the directory goes back to
-a per-process pool instead of being removed, because on ext4 mounted with ``discard`` (the
-CI box) one ``rmdir`` costs 1-3 ms, a third of the whole per-group budget. The pool is
-emptied at interpreter exit and by :func:`release_workdirs`; a forked child never reuses
-its parent's entries (they are tagged with the owner's pid).
+Both are reused: after a clean group (no leftovers) a directory goes back to a per-process
+pool instead of being removed, because on ext4 mounted with ``discard`` (the CI box) one
+``rmdir`` costs 1-3 ms, a third of the per-group budget. The pools are emptied at
+interpreter exit and by :func:`release_workdirs`; a forked child never reuses its parent's
+entries (they are tagged with the owner's pid), and ranks never pool (they end in
+``os._exit``, which skips atexit).
+
+``TPBCAST_WORKDIR_ROOT`` puts both under one root (a test session uses it to prove that it
+left nothing behind).
 """
 
 from __future__ import annotations
@@ -21,9 +28,9 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from functools import cache
 
 __all__ = [
-    "HARNESS_SUBDIR",
     "WORKDIR_PREFIX",
     "WORKDIR_ROOT_ENV",
     "Workdir",
@@ -33,58 +40,41 @@ __all__ = [
 
 WORKDIR_PREFIX = "tpb-"
 WORKDIR_ROOT_ENV = "TPBCAST_WORKDIR_ROOT"
-HARNESS_SUBDIR = ".tpb"
 _SUN_PATH_MAX = 107
-
-
-_POOL: list[tuple[int, str]] = []  # (owner pid, clean private workdir with an empty .tpb)
-_POOL_MAX = [4]  # set to 0 in ranks: they end in os._exit, which skips the atexit cleanup
-
-
-def disable_pooling() -> None:
-    """Called in every rank: a nested group's workdir must not outlive the rank."""
-    _POOL_MAX[0] = 0
-
-
+_POOL_MAX = [4]  # per pool; set to 0 in ranks
+_POOLS: dict[str, list[tuple[int, str]]] = {"work": [], "capture": []}
 _atexit_registered: list[bool] = []
 
 
+def disable_pooling() -> None:
+    """Called in every rank: a nested group's directories must not outlive the rank."""
+    _POOL_MAX[0] = 0
+
+
 def release_workdirs() -> int:
-    """Remove this process's pooled (clean, idle) workdirs; returns how many."""
-    mine = [path for pid, path in _POOL if pid == os.getpid()]
-    _POOL[:] = [(pid, path) for pid, path in _POOL if pid != os.getpid()]
-    for path in mine:
-        shutil.rmtree(path, ignore_errors=True)
-    return len(mine)
-
-
-def _take_pooled() -> str | None:
+    """Remove this process's pooled (clean, idle) directories; returns how many."""
     me = os.getpid()
-    while _POOL:
-        pid, path = _POOL.pop()
-        if pid != me:
-            continue  # inherited from the parent of a fork: not ours to use
-        try:
-            entries = os.listdir(path)
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if (
-            entries == [HARNESS_SUBDIR]
-            and not os.listdir(f"{path}/{HARNESS_SUBDIR}")
-            and (st.st_mode & 0o777 == 0o700 and st.st_uid == os.getuid())
-        ):
-            return path
-        shutil.rmtree(path, ignore_errors=True)
-    return None
+    removed = 0
+    for pool in _POOLS.values():
+        mine = [path for pid, path in pool if pid == me]
+        pool[:] = [(pid, path) for pid, path in pool if pid != me]
+        for path in mine:
+            shutil.rmtree(path, ignore_errors=True)
+        removed += len(mine)
+    return removed
 
 
-def _short_tmp_root() -> str:
-    """``$TPBCAST_WORKDIR_ROOT`` (a test session's private root, so it can prove that it
-    left nothing behind) or ``/tmp`` (short), else the system temp dir."""
+def _env_root() -> str | None:
     env = os.environ.get(WORKDIR_ROOT_ENV)
     if env:
         os.makedirs(env, mode=0o700, exist_ok=True)
+    return env or None
+
+
+def _work_root() -> str:
+    """``$TPBCAST_WORKDIR_ROOT``, else ``/tmp`` (short), else the system temp dir."""
+    env = _env_root()
+    if env:
         return env
     for root in ("/tmp", tempfile.gettempdir()):
         if os.access(root, os.W_OK | os.X_OK):
@@ -92,14 +82,57 @@ def _short_tmp_root() -> str:
     return tempfile.gettempdir()  # pragma: no cover
 
 
-def _own_dir() -> str:
-    """A private dir of ours with an empty ``.tpb`` inside: pooled, or made now."""
-    pooled = _take_pooled()
+@cache
+def _tmpfs_root() -> str | None:
+    try:
+        with open("/proc/mounts") as f:
+            mounts = {line.split()[1]: line.split()[2] for line in f if len(line.split()) > 2}
+    except OSError:
+        return None
+    for root in ("/dev/shm", "/run/shm"):
+        if mounts.get(root) == "tmpfs" and os.access(root, os.W_OK | os.X_OK):
+            return root
+    return None
+
+
+def _capture_root() -> str:
+    return _env_root() or _tmpfs_root() or _work_root()
+
+
+def _take_pooled(kind: str) -> str | None:
+    me = os.getpid()
+    pool = _POOLS[kind]
+    while pool:
+        pid, path = pool.pop()
+        if pid != me:
+            continue  # inherited from the parent of a fork: not ours to use
+        try:
+            empty = not os.listdir(path)
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if empty and st.st_mode & 0o777 == 0o700 and st.st_uid == os.getuid():
+            return path
+        shutil.rmtree(path, ignore_errors=True)
+    return None
+
+
+def _give_back(kind: str, path: str) -> bool:
+    if len(_POOLS[kind]) >= _POOL_MAX[0]:
+        return False
+    if not _atexit_registered:
+        atexit.register(release_workdirs)
+        _atexit_registered.append(True)
+    _POOLS[kind].append((os.getpid(), path))
+    return True
+
+
+def _private_dir(kind: str) -> str:
+    pooled = _take_pooled(kind)
     if pooled is not None:
         return pooled
-    made = tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=_short_tmp_root())
-    os.mkdir(f"{made}/{HARNESS_SUBDIR}", 0o700)
-    return made
+    root = _work_root() if kind == "work" else _capture_root()
+    return tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=root)
 
 
 def _check_length(path: str) -> None:
@@ -114,73 +147,57 @@ def _check_length(path: str) -> None:
 
 @dataclass
 class Workdir:
-    """Where the ranks work (``path``) and where the harness keeps its capture files.
+    """Where the ranks work (``path``) and where the harness captures (``capture``).
 
-    The capture files always live in a private dir of ours (``own``), even when the caller
-    passes a workdir: then the caller's dir sees no harness files at all, and no
-    directory is created or removed in it per group.
+    The capture dir is always ours, also when the caller passes a workdir: the caller's
+    directory then sees no harness file at all.
     """
 
     path: str
     owned: bool
-    own: str
+    capture: str
     before: dict[str, int]
-
-    @property
-    def harness_dir(self) -> str:
-        return f"{self.own}/{HARNESS_SUBDIR}"
 
     @classmethod
     def open(cls, path: str | None) -> Workdir:
         if path is None:
-            own = _own_dir()
-            return cls(own, True, own, {})
+            work = _private_dir("work")
+            return cls(work, True, _private_dir("capture"), {})
         made = os.path.abspath(path)
         _check_length(made)
         os.makedirs(made, mode=0o700, exist_ok=True)
-        before = _snapshot(made)
-        return cls(made, False, _own_dir(), before)
+        return cls(made, False, _private_dir("capture"), _snapshot(made))
 
     def file(self, rank: int, kind: str) -> str:
-        return f"{self.harness_dir}/{rank}.{kind}"
+        return f"{self.capture}/{rank}.{kind}"
 
     def leftovers(self) -> tuple[str, ...]:
-        """Relative paths created during the group and still present (harness files aside)."""
-        if self.owned:
-            entries = os.listdir(self.path)
-            if entries == [HARNESS_SUBDIR]:
-                return ()  # the common case, without walking
+        """Relative paths created during the group and still present."""
+        if self.owned and not os.listdir(self.path):
+            return ()  # the common case, without walking
         now = _snapshot(self.path)
         return tuple(sorted(p for p, ino in now.items() if self.before.get(p) != ino))
 
     def remove(self, *, clean: bool) -> None:
-        """Give our own dir back to the pool when the group left it clean (else remove it).
-
-        A caller's workdir is never touched: what the ranks left there is the caller's.
-        """
-        if (clean or not self.owned) and len(_POOL) < _POOL_MAX[0]:
-            try:
-                for name in os.listdir(self.harness_dir):
-                    os.unlink(f"{self.harness_dir}/{name}")
-            except OSError:
-                pass
-            else:
-                if not _atexit_registered:
-                    atexit.register(release_workdirs)
-                    _atexit_registered.append(True)
-                _POOL.append((os.getpid(), self.own))
-                return
-        shutil.rmtree(self.own, ignore_errors=True)
+        """Empty the capture dir and pool it; pool our workdir if the group left it clean,
+        else remove it. A caller's workdir is never touched: what is left there is theirs."""
+        try:
+            for name in os.listdir(self.capture):
+                os.unlink(f"{self.capture}/{name}")
+        except OSError:
+            shutil.rmtree(self.capture, ignore_errors=True)
+        else:
+            if not _give_back("capture", self.capture):
+                shutil.rmtree(self.capture, ignore_errors=True)
+        if self.owned and not (clean and _give_back("work", self.path)):
+            shutil.rmtree(self.path, ignore_errors=True)
 
 
 def _snapshot(root: str) -> dict[str, int]:
     found: dict[str, int] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
-        if rel_dir == ".":
-            if HARNESS_SUBDIR in dirnames:
-                dirnames.remove(HARNESS_SUBDIR)
-            rel_dir = ""
+        rel_dir = "" if rel_dir == "." else rel_dir
         for name in filenames + dirnames:
             rel = f"{rel_dir}/{name}" if rel_dir else name
             try:

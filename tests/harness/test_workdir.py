@@ -8,34 +8,39 @@ import stat
 import pytest
 
 from tpbcast.harness import WORKDIR_ROOT_ENV, release_workdirs
-from tpbcast.harness._workdir import HARNESS_SUBDIR, Workdir
+from tpbcast.harness._workdir import Workdir
 
 
 def test_own_workdir_is_short_private_and_pooled_when_clean():
     release_workdirs()
     wd = Workdir.open(None)
-    assert stat.S_IMODE(os.stat(wd.path).st_mode) == 0o700
+    for d in (wd.path, wd.capture):
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+        assert os.path.basename(d).startswith("tpb-")
     assert len(f"{wd.path}/g_0.sock") < 107
-    assert os.path.basename(wd.path).startswith("tpb-")
-    assert os.listdir(wd.path) == [HARNESS_SUBDIR]
+    assert wd.path != wd.capture
+    assert os.listdir(wd.path) == []
     with open(wd.file(0, "out"), "w"):
         pass
-    assert wd.leftovers() == ()
+    assert wd.leftovers() == ()  # capture files never count
     wd.remove(clean=True)
     again = Workdir.open(None)
-    assert again.path == wd.path  # reused
-    assert os.listdir(again.harness_dir) == []  # and emptied
+    assert (again.path, again.capture) == (wd.path, wd.capture)  # reused
+    assert os.listdir(again.capture) == []  # and emptied
     again.remove(clean=False)
     assert not os.path.exists(wd.path)
-    assert release_workdirs() == 0
+    assert release_workdirs() == 1  # the capture dir was pooled
+    assert not os.path.exists(wd.capture)
 
 
-def test_release_removes_pooled_dirs():
+def test_unclean_workdir_is_removed_not_reused():
     wd = Workdir.open(None)
-    wd.remove(clean=True)
-    assert os.path.isdir(wd.path)
-    assert release_workdirs() >= 1
+    with open(f"{wd.path}/g_0.sock", "w"):
+        pass
+    assert wd.leftovers() == ("g_0.sock",)
+    wd.remove(clean=False)
     assert not os.path.exists(wd.path)
+    release_workdirs()
 
 
 def test_pooled_dirs_of_another_pid_are_not_reused(monkeypatch):
@@ -43,14 +48,16 @@ def test_pooled_dirs_of_another_pid_are_not_reused(monkeypatch):
 
     wd = Workdir.open(None)
     wd.remove(clean=True)
-    monkeypatch.setattr(_workdir, "_POOL", [(os.getpid() + 1, wd.path)])
+    stolen = {k: [(os.getpid() + 1, p) for _, p in v] for k, v in _workdir._POOLS.items()}
+    monkeypatch.setattr(_workdir, "_POOLS", stolen)
     fresh = Workdir.open(None)
     try:
-        assert fresh.path != wd.path
+        assert fresh.path != wd.path and fresh.capture != wd.capture
     finally:
         fresh.remove(clean=False)
-        os.rmdir(f"{wd.path}/{HARNESS_SUBDIR}")
+        release_workdirs()
         os.rmdir(wd.path)
+        os.rmdir(wd.capture)
 
 
 def test_root_comes_from_the_environment(tmp_path, monkeypatch):
@@ -59,8 +66,10 @@ def test_root_comes_from_the_environment(tmp_path, monkeypatch):
     wd = Workdir.open(None)
     try:
         assert os.path.dirname(wd.path) == root
+        assert os.path.dirname(wd.capture) == root
     finally:
         wd.remove(clean=False)
+        release_workdirs()
         os.rmdir(root)
 
 
