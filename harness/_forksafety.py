@@ -145,10 +145,16 @@ def check_fork_safety() -> None:
     )
 
 
+def ranks_need_single_torch() -> bool:
+    """Decided in the parent, once per group: torch imported and the policy is single."""
+    return "torch" in sys.modules and torch_policy() != "keep"
+
+
 def make_rank_torch_safe() -> None:
-    """In a fresh rank: force single-threaded torch unless the policy says keep."""
+    """In a fresh rank (only when :func:`ranks_need_single_torch` said so in the parent):
+    run torch single-threaded, never touching the inherited OpenMP pool."""
     torch = sys.modules.get("torch")
-    if torch is None or torch_policy() == "keep":
+    if torch is None:
         return
     with contextlib.suppress(Exception):  # a half-imported torch must not kill the rank
         torch.set_num_threads(1)

@@ -53,6 +53,7 @@ class RankSpec:
     timeout: float
     reset_signals: tuple[int, ...]
     reset_wakeup_fd: bool
+    single_torch: bool
     check_fds: bool
     faults: Mapping[str, tuple[PlannedFault, ...]]
 
@@ -173,7 +174,8 @@ def _run(
     faulthandler.register(signal.SIGUSR1, file=stk, all_threads=True, chain=False)
     faulthandler.enable(file=2, all_threads=True)
     # 6. The torch fork hazard (see _forksafety); nested groups clean up after themselves.
-    make_rank_torch_safe()
+    if spec.single_torch:
+        make_rank_torch_safe()
     disable_pooling()
     # 7. The target, with the fd snapshot around it when asked.
     writer = RecordWriter(res)

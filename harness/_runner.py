@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from ._channel import Record, read_all, read_records
 from ._faults import FaultPlan
-from ._forksafety import check_fork_safety
+from ._forksafety import check_fork_safety, ranks_need_single_torch
 from ._mesh import Mesh
 from ._outcome import FaultRecord, GroupResult, RankOutcome, Status, signal_name
 from ._proc import group_alive, killpg_quiet, list_group_members, preload
@@ -177,6 +177,7 @@ def run_ranks(
     preload()
     group_seed = _resolve_seed(seed, faults)
     reset_signals, reset_wakeup = _signals_to_reset(sigpipe)
+    single_torch = ranks_need_single_torch()
     wd = Workdir.open(workdir)
     mesh: Mesh | None = None
     ranks: list[_Rank] = []
@@ -204,27 +205,13 @@ def run_ranks(
                 timeout=timeout,
                 reset_signals=reset_signals,
                 reset_wakeup_fd=reset_wakeup,
+                single_torch=single_torch,
                 check_fds=check_fds,
                 faults=faults.for_rank(r) if faults is not None else {},
             )
             for r in range(world_size)
         ]
-        # gc.freeze: a garbage collection in a rank would otherwise walk every object it
-        # inherited and copy-on-write fault the whole heap (tens of ms with torch loaded).
-        # Frozen objects are invisible to the ranks' collector; the parent thaws them
-        # right after forking (skipped if someone else froze objects for their reasons).
-        freeze = gc.isenabled() and gc.get_freeze_count() == 0
-        if freeze:
-            gc.freeze()
-        try:
-            for spec in specs:
-                forked_at = time.monotonic()
-                pid = _fork(spec, mesh, target, args)
-                ranks.append(_Rank(spec.rank, pid, forked_at))
-                reaper.add(pid)
-        finally:
-            if freeze:
-                gc.unfreeze()
+        _fork_all(specs, ranks, reaper, mesh, target=target, args=args)
         mesh.parent_after_fork()
         failure_order = _supervise(
             ranks,
@@ -260,6 +247,37 @@ def run_ranks(
         timeout=timeout,
         failure_order=tuple(failure_order),
     )
+
+
+def _fork_all(
+    specs: list[RankSpec],
+    ranks: list[_Rank],
+    reaper: Reaper,
+    mesh: Mesh,
+    *,
+    target: Callable[..., object],
+    args: tuple[object, ...],
+) -> None:
+    """Fork every rank, appending to ``ranks`` as we go (so a failure midway still kills
+    and reaps the ones already started).
+
+    gc.freeze: a garbage collection in a rank would otherwise walk every object it
+    inherited and copy-on-write fault the whole heap (tens of ms with torch loaded).
+    Frozen objects are invisible to the ranks' collector; the parent thaws them right
+    after forking (skipped if someone else froze objects for their own reasons).
+    """
+    freeze = gc.isenabled() and gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    try:
+        for spec in specs:
+            forked_at = time.monotonic()
+            pid = _fork(spec, mesh, target, args)
+            ranks.append(_Rank(spec.rank, pid, forked_at))
+            reaper.add(pid)
+    finally:
+        if freeze:
+            gc.unfreeze()
 
 
 def _failed(status: int, records: list[Record]) -> bool:
