@@ -350,3 +350,20 @@ def announce(sock: socket.socket, rank: int) -> None:
     import struct
 
     sock.sendall(struct.pack("=i", rank))
+
+
+def listening_sockets(before: dict[int, str]) -> list[str]:
+    """Addresses of listening sockets opened since ``before`` (``SO_ACCEPTCONN``)."""
+    found = []
+    for fd, what in new_fds(before).items():
+        if not what.startswith("socket:"):
+            continue
+        try:
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        with sock:
+            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                name = sock.getsockname()
+                found.append(name if isinstance(name, str) else repr(name))
+    return found

@@ -26,17 +26,23 @@ def test_root_sends_raw_payloads_to_byte_level_peers(tpbcast_run, tpbcast_impl, 
 
     def target(ctx):
         if ctx.rank == 0:
+            before = s.fd_table()
             bcast = s.make(tpbcast_impl)
             bcast.initialize(0, ctx.world_size, ctx.base_path)
+            listening = s.listening_sockets(before)
             for data in (first, second):
                 bcast.broadcast(bytearray(data))
             bcast.reset()
-            return None
+            return listening, s.sock_path(ctx.base_path)
         return rogue_peer(
             "read_payload", rank=ctx.rank, nbytes=len(first) + len(second), observe=s.OBSERVE
         )(ctx)
 
     result = tpbcast_run(target, timeout=s.GROUP_TIMEOUT)
+    listening, path = result.outcomes[0].value
+    assert listening == [path], s.clause(
+        "WIRE-1", "rank 0 listens on exactly one socket, <base_path>_0.sock", listening
+    )
     for report in s.ok_values(result)[1:]:
         assert report.probe == PROBE, s.clause("WIRE-4", "peers get the probe 0x5a", report.probe)
         assert report.received == bytes([PROBE]) + first + second, s.clause(
@@ -50,7 +56,7 @@ def test_root_sends_raw_payloads_to_byte_level_peers(tpbcast_run, tpbcast_impl, 
         )
 
 
-@pytest.mark.clause("WIRE-2", "WIRE-8", "WIRE-9", "WIRE-12")
+@pytest.mark.clause("WIRE-1", "WIRE-2", "WIRE-8", "WIRE-9", "WIRE-12")
 @pytest.mark.world_size(2, 4)
 def test_peers_speak_wire_v1_to_byte_level_root(tpbcast_run, tpbcast_impl, world_size):
     """The suite as rank 0 records every byte the implementation's peers send."""
@@ -61,18 +67,23 @@ def test_peers_speak_wire_v1_to_byte_level_root(tpbcast_run, tpbcast_impl, world
     def target(ctx):
         if ctx.rank == 0:
             return rogue_root("recording", payloads=payloads, observe=s.OBSERVE)(ctx)
+        before = s.fd_table()
         bcast = s.make(tpbcast_impl)
         bcast.initialize(ctx.rank, ctx.world_size, ctx.base_path)
+        listening = s.listening_sockets(before)
         got = []
         for size in sizes:
             buf = bytearray(size)
             bcast.broadcast(buf)
             got.append(s.digest(buf))
         bcast.reset()
-        return got
+        return got, listening
 
     result = tpbcast_run(target, timeout=s.GROUP_TIMEOUT)
-    root, *peers = s.ok_values(result)
+    root, *peer_values = s.ok_values(result)
+    peers = [got for got, _ in peer_values]
+    listeners = [listening for _, listening in peer_values if listening]
+    assert not listeners, s.clause("WIRE-1", "no rank but rank 0 listens", listeners)
     assert sorted(link.rank for link in root.links) == list(range(1, world_size))
     for link in root.links:
         assert link.announced == struct.pack("=i", link.rank), s.clause(

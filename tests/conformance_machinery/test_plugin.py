@@ -9,6 +9,7 @@ judges the exit status, the terminal output and the JSON report.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -280,3 +281,87 @@ def test_main_builds_the_pytest_command(tmp_path):
     assert argv[-1] == "-x"
     at = argv.index("tpbcast.conformance.plugin")
     assert argv[at - 1] == "-p"
+
+
+_MUTANTS = '''
+from tpbcast.reference_impl.conformance_adapter import CAPABILITIES, ReferenceAdapter
+
+
+class Base:
+    """The reference behind the adapter contract, with one behaviour broken per subclass."""
+
+    capabilities = CAPABILITIES - {"dispatch"}
+    name = "mutant"
+    version = "0"
+
+    def __init__(self):
+        self._a = ReferenceAdapter()
+
+    def set_deadlines(self, **kw):
+        return self._a.set_deadlines(**kw)
+
+    def set_abstract_namespace(self, enabled):
+        return self._a.set_abstract_namespace(enabled)
+
+    @property
+    def generation(self):
+        return self._a.generation
+
+    def initialize(self, *a):
+        return self._a.initialize(*a)
+
+    def broadcast(self, buf, root=0):
+        return self._a.broadcast(buf, root)
+
+    def reset(self):
+        return self._a.reset()
+
+    def is_initialized(self):
+        return self._a.is_initialized()
+
+
+class IgnoreRoot(Base):
+    def broadcast(self, buf, root=0):
+        return self._a.broadcast(buf, 0)
+
+
+class AlwaysInitialized(Base):
+    def is_initialized(self):
+        return True
+
+
+class ResetLeaks(Base):
+    def reset(self):
+        pass
+'''
+
+
+@pytest.mark.parametrize(
+    ("mutant", "clause"),
+    [("IgnoreRoot", "BCAST-3"), ("AlwaysInitialized", "INIT-12"), ("ResetLeaks", "RESET-2")],
+)
+def test_suite_kills_mutants_of_the_reference(tmp_path, mutant, clause):
+    """The suite is only worth running if it fails broken implementations: each mutant
+    breaks one behaviour, and the clause about it must come out FAIL (exit status 1)."""
+    (tmp_path / "mutants.py").write_text(_MUTANTS)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tpbcast.conformance",
+            clause,
+            "-n",
+            "0",
+            f"--tpbcast-impl=mutants:{mutant}",
+            f"--report-dir={tmp_path / 'r'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        timeout=300,
+        check=False,
+    )
+    doc = json.loads((tmp_path / "r" / "conformance.json").read_text())
+    assert _verdicts(doc)[clause] == "FAIL", proc.stdout[-3000:]
+    assert proc.returncode == 1
