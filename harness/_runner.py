@@ -34,7 +34,7 @@ from ._forksafety import check_fork_safety, ranks_need_single_torch
 from ._mesh import Mesh
 from ._outcome import FaultRecord, GroupResult, RankOutcome, Status, signal_name
 from ._proc import group_alive, killpg_quiet, list_group_members, preload
-from ._rank import RankSpec, rank_main
+from ._rank import EXIT_BOOTSTRAP, RankSpec, rank_main
 from ._reaper import Reaper
 from ._workdir import Workdir
 
@@ -43,7 +43,11 @@ __all__ = ["SEED_ENV", "run_ranks"]
 SEED_ENV = "TPBCAST_SEED"
 _DUMP_WAIT_MAX = 1.0  # seconds to wait for faulthandler dumps of hung ranks
 _REAP_AFTER_KILL = 10.0  # a SIGKILLed process normally goes in microseconds
-_SURVIVOR_GRACE = 0.5  # grandchildren killed by PDEATHSIG need a moment to go
+_SURVIVOR_GRACE = 0.5
+_BOOTSTRAP_NOTE = (
+    f"exit code {EXIT_BOOTSTRAP}: the harness itself failed inside the rank (e.g. the "
+    "target closed the harness's fds); its traceback is on the rank's stderr"
+)  # grandchildren killed by PDEATHSIG need a moment to go
 
 
 @dataclass
@@ -457,7 +461,7 @@ def _outcome(r: _Rank, wd: Workdir) -> RankOutcome:
         stack_dump=_read_text(wd.file(r.rank, "stk")) or None,
         faults=fault_records,
         leaked_fds=leaked,
-        note=r.note,
+        note=r.note or (_BOOTSTRAP_NOTE if exit_code == EXIT_BOOTSTRAP and not final else ""),
     )
     if r.killed_by_harness or status_raw is None:
         return replace(base, status=Status.TIMED_OUT)

@@ -383,3 +383,15 @@ def test_rank_group_failure_pickles():
     again = pickle.loads(pickle.dumps(exc))
     assert str(again) == str(exc)
     assert again.result.first_failure.rank == 1
+
+
+def closes_every_fd(ctx):
+    os.closerange(3, 1024)  # also the harness's result channel
+
+
+def test_a_target_that_breaks_the_harness_is_reported_as_such():
+    o = run_ranks(closes_every_fd, 1, timeout=T).outcomes[0]
+    assert o.status is Status.EXITED
+    assert o.exit_code == 70
+    assert "the harness itself failed inside the rank" in o.note
+    assert "Bad file descriptor" in o.stderr
