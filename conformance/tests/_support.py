@@ -65,6 +65,9 @@ class Raised:
     def __str__(self) -> str:
         return f"{self.type_name}: {self.message} (after {self.elapsed:.3f}s)"
 
+    # Assertion messages show tuples of these: keep them readable in the reports.
+    __repr__ = __str__
+
 
 def capture(exc: BaseException, elapsed: float) -> Raised:
     """Freeze ``exc`` into a :class:`Raised`, keeping the documented error attributes."""
