@@ -111,8 +111,13 @@ def make(
     init: float | None = None,
     io: float | None = None,
 ) -> Any:
-    """A fresh broadcaster; deadlines are set only if given and the impl has ``deadlines``."""
+    """A fresh broadcaster; deadlines are set only if given and the impl has ``deadlines``.
+
+    ``reset()`` first: a factory may return a process-wide singleton (ADAPT-4), and the
+    suite promises to reset it before each use (RESET-1 makes that safe).
+    """
     bcast = impl.create()
+    bcast.reset()
     if impl.supports("deadlines") and (connect, init, io) != (None, None, None):
         bcast.set_deadlines(connect=connect, init=init, io=io)
     return bcast

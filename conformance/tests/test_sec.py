@@ -335,3 +335,31 @@ def test_two_groups_in_one_directory(tpbcast_run, tpbcast_impl):
         assert outcome.value == want, s.clause(
             "SEC-12", f"group {group} in the shared dir sees only its own bytes", outcome.rank
         )
+
+
+@pytest.mark.clause("SEC-10")
+def test_abstract_namespace_mode(tpbcast_run, tpbcast_impl):
+    """MAY: with abstract mode on, the address is NUL + path and no file is created; a
+    byte-level peer reaches rank 0 at that abstract address."""
+    require(tpbcast_impl, "abstract_namespace")
+    data = s.payload(tpbcast_run.seed, 500, "abs")
+
+    def target(ctx):
+        if ctx.rank == 1:
+            return rogue_peer("read_payload", rank=1, nbytes=len(data), abstract=True)(ctx)
+        bcast = s.make(tpbcast_impl)
+        bcast.set_abstract_namespace(True)
+        listing = s.entries(ctx.workdir)
+        bcast.initialize(0, 2, ctx.base_path)
+        created = sorted(set(s.entries(ctx.workdir)) - set(listing))
+        bcast.broadcast(bytearray(data))
+        bcast.reset()
+        return created
+
+    result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
+    assert result.outcomes[0].value == [], s.clause(
+        "SEC-10", "abstract mode creates no file", result.outcomes[0].value
+    )
+    assert result.outcomes[1].value.received == b"\x5a" + data, s.clause(
+        "SEC-10", "rank 0 listens at NUL + <base_path>_0.sock", "a byte-level peer got no data"
+    )
