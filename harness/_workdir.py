@@ -14,8 +14,9 @@ Both are reused: after a clean group (no leftovers) a directory goes back to a p
 pool instead of being removed, because on ext4 mounted with ``discard`` (the CI box) one
 ``rmdir`` costs 1-3 ms, a third of the per-group budget. The pools are emptied at
 interpreter exit and by :func:`release_workdirs`; a forked child never reuses its parent's
-entries (they are tagged with the owner's pid), and ranks never pool (they end in
-``os._exit``, which skips atexit).
+entries (they are tagged with the owner's pid), and only the process that imported the
+harness pools at all (forked children such as ranks or pytest-forked's per-test process
+end in ``os._exit``, which skips atexit).
 
 ``TPBCAST_WORKDIR_ROOT`` puts both under one root (a test session uses it to prove that it
 left nothing behind).
@@ -42,6 +43,10 @@ WORKDIR_PREFIX = "tpb-"
 WORKDIR_ROOT_ENV = "TPBCAST_WORKDIR_ROOT"
 _SUN_PATH_MAX = 107
 _POOL_MAX = [4]  # per pool; set to 0 in ranks
+# Only the process that imported us pools: a forked child (pytest-forked's per-test child,
+# a multiprocessing fork worker, a rank) usually ends in os._exit, which skips the atexit
+# that empties the pool, so its pooled directories would leak.
+_IMPORT_PID = os.getpid()
 _POOLS: dict[str, list[tuple[int, str]]] = {"work": [], "capture": []}
 _atexit_registered: list[bool] = []
 
@@ -118,7 +123,7 @@ def _take_pooled(kind: str) -> str | None:
 
 
 def _give_back(kind: str, path: str) -> bool:
-    if len(_POOLS[kind]) >= _POOL_MAX[0]:
+    if len(_POOLS[kind]) >= _POOL_MAX[0] or os.getpid() != _IMPORT_PID:
         return False
     if not _atexit_registered:
         atexit.register(release_workdirs)

@@ -76,3 +76,25 @@ def test_root_comes_from_the_environment(tmp_path, monkeypatch):
 def test_too_long_workdir_is_refused(tmp_path):
     with pytest.raises(ValueError, match="too long for Unix sockets"):
         Workdir.open(str(tmp_path / ("d" * 100)))
+
+
+def test_a_forked_child_never_pools():
+    """pytest-forked runs each test in a fork that ends in os._exit: nothing may leak."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            wd = Workdir.open(None)
+            wd.remove(clean=True)
+            gone = not os.path.exists(wd.path) and not os.path.exists(wd.capture)
+            os.write(w, b"1" if gone else b"0")
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    answer = os.read(r, 1)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert answer == b"1", "a forked child pooled its workdir (it would leak at os._exit)"
