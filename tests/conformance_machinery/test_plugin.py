@@ -207,6 +207,23 @@ def test_rank_failure_is_fail_with_failing_rank(suite):
     assert result.ret == 1
 
 
+def test_hung_rank_is_error_not_fail(suite):
+    source = PASSING.replace(
+        "def test_init1():\n    pass",
+        "def test_init1(tpbcast_run):\n"
+        "    import threading\n"
+        "    def target(ctx):\n"
+        "        if ctx.rank == 1:\n"
+        "            threading.Event().wait(60)\n"
+        "    tpbcast_run(target, 2, timeout=1.0)\n",
+    )
+    result, doc = suite(source)
+    clause = next(c for c in doc["clauses"] if c["id"] == "INIT-1")
+    assert clause["verdict"] == "ERROR" and clause["failing_rank"] == 1, clause
+    assert "inconclusive" in clause["message"]
+    assert result.ret == 1, "a MUST clause that could not be judged fails the run"
+
+
 def test_clause_selection_runs_only_matching_tests(suite):
     # INIT-1 has no test here, but it is not selected, so the coverage check passes.
     source = PASSING.replace("def test_init1():\n    pass", "def test_init1():\n    assert False")
