@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tpbcast.conformance.plugin import require
+from tpbcast.conformance.plugin import Unsupported, require
 
 from . import _support as s
 from ._support import rogue_peer, rogue_root
@@ -413,4 +413,44 @@ def test_reset_from_another_thread_during_broadcast(tpbcast_run, tpbcast_impl):
     assert raised is not None, s.clause("BCAST-14", "the in-flight broadcast fails", raised)
     assert left == b"0123456789", s.clause(
         "BCAST-14", "the broadcast never reads a closed or reused fd", left
+    )
+
+
+@pytest.mark.clause("BCAST-15")
+def test_concurrent_broadcast_refused_with_a_clear_error(tpbcast_run, tpbcast_impl):
+    """MAY: a second broadcast while one is in flight on the same instance; if the
+    implementation refuses it, the error must say why.  Not refusing is UNSUPPORTED."""
+
+    def target(ctx):
+        if ctx.rank == 0:
+            return rogue_root("recording", payloads=[], observe=1.5)(ctx)
+        bcast = s.make(tpbcast_impl, io=10.0)
+        bcast.initialize(1, 2, ctx.base_path)
+        started = threading.Event()
+        first = threading.Thread(
+            target=lambda: (started.set(), s.attempt(bcast.broadcast, bytearray(64))),
+            daemon=True,
+        )
+        first.start()
+        started.wait(5)
+        time.sleep(0.2)  # the fault: the second call lands while the first is blocked
+        second = {}
+        racer = threading.Thread(
+            target=lambda: second.setdefault("raised", s.attempt(bcast.broadcast, bytearray(8))),
+            daemon=True,
+        )
+        racer.start()
+        racer.join(1.0)
+        refused = not racer.is_alive()
+        first.join(10)
+        racer.join(10)
+        bcast.reset()
+        return refused, second.get("raised")
+
+    refused, raised = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
+    if not refused or raised is None:
+        raise Unsupported("UNSUPPORTED: the implementation does not refuse a concurrent broadcast")
+    words = ("concurren", "re-entrant", "reentrant", "in progress", "in flight", "running", "busy")
+    assert any(w in raised.message.lower() for w in words), s.clause(
+        "BCAST-15", "a refused concurrent broadcast says so", raised
     )
