@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from ._channel import RecordWriter
 from ._faults import PlannedFault
-from ._mesh import MeshEnd
+from ._mesh import Mesh, MeshEnd
 from ._outcome import FaultRecord
 
 __all__ = ["RankContext", "SyncError", "SyncTimeoutError"]
@@ -49,7 +49,7 @@ class RankContext:
         deadline: float,
         start: float,
         timeout: float,
-        mesh: MeshEnd,
+        mesh: Mesh,
         writer: RecordWriter,
         faults: Mapping[str, tuple[PlannedFault, ...]],
     ) -> None:
@@ -61,11 +61,18 @@ class RankContext:
         self.deadline = deadline
         self._start = start
         self._timeout = timeout
-        self._mesh = mesh
+        self._mesh_source = mesh
+        self._mesh_end: MeshEnd | None = None
         self._writer = writer
         self._faults = faults
         self._hits: dict[str, int] = {}
         self._used: set[tuple[str, str]] = set()
+
+    @property
+    def _mesh(self) -> MeshEnd:
+        if self._mesh_end is None:
+            self._mesh_end = self._mesh_source.end_for(self.rank)
+        return self._mesh_end
 
     def __repr__(self) -> str:
         return (

@@ -67,15 +67,24 @@ class Mesh:
                 os.close(fd)
         self.inbox_r, self.inbox_w, self.life_r, self.life_w = [], [], [], []
 
+    def not_for(self, rank: int) -> tuple[int, ...]:
+        """The fds rank ``rank`` must close right after fork (computed in the parent, so
+        the rank only runs a tight ``os.close`` loop): above all the other ranks' life
+        write ends, or their deaths would go unnoticed while this rank lives."""
+        n = len(self.inbox_r)
+        others = [fd for j in range(n) if j != rank for fd in (self.inbox_r[j], self.life_w[j])]
+        return (*others, self.inbox_w[rank], self.life_r[rank])
+
     def for_rank(self, rank: int) -> MeshEnd:
         """Close what rank ``rank`` must not hold and wrap the rest (call in the child)."""
+        for fd in self.not_for(rank):
+            os.close(fd)
+        return self.end_for(rank)
+
+    def end_for(self, rank: int) -> MeshEnd:
+        """Wrap rank ``rank``'s fds (after :meth:`not_for` was closed); built lazily on the
+        first sync point, since most targets never use one."""
         n = len(self.inbox_r)
-        for j in range(n):
-            if j != rank:
-                os.close(self.inbox_r[j])
-                os.close(self.life_w[j])
-        os.close(self.inbox_w[rank])
-        os.close(self.life_r[rank])
         return MeshEnd(
             rank=rank,
             inbox=self.inbox_r[rank],

@@ -6,6 +6,7 @@ including a bug in this module, ends in ``os._exit``. Order matters and is comme
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # CPython's C module behind signal
 import contextlib
 import faulthandler
 import os
@@ -33,6 +34,9 @@ from ._workdir import disable_pooling
 
 __all__ = ["RankSpec", "rank_main"]
 
+_SIG_DFL = int(signal.SIG_DFL)
+_SIGUSR1 = int(signal.SIGUSR1)
+
 # Exit codes of the bootstrap itself (never used for a target's own outcome).
 EXIT_ORPHANED = 71  # parent died between fork and PR_SET_PDEATHSIG
 EXIT_BOOTSTRAP = 70  # the harness failed inside the rank before/after the target
@@ -54,6 +58,7 @@ class RankSpec:
     reset_signals: tuple[int, ...]
     reset_wakeup_fd: bool
     single_torch: bool
+    close_fds: tuple[int, ...]
     check_fds: bool
     faults: Mapping[str, tuple[PlannedFault, ...]]
 
@@ -153,10 +158,15 @@ def _run(
     # 3. Signals: the parent (pytest, a plugin) may have handlers of its own; the runner
     #    computed which ones to reset before fork (SIGPIPE back to SIG_DFL by default).
     for sig in spec.reset_signals:
-        signal.signal(sig, signal.SIG_DFL)
+        # _signal, not signal: the public wrapper converts results to enums, which
+        # touches (copy-on-write faults) dozens of pages in a fresh fork.
+        _signal.signal(sig, _SIG_DFL)
     if spec.reset_wakeup_fd:
         signal.set_wakeup_fd(-1)
-    # 4. Capture at the fd level into files: survives SIGKILL and C-level writes.
+    # 4. Drop the other ranks' pipe ends (see _mesh), then capture at the fd level into
+    #    files: survives SIGKILL and C-level writes.
+    for fd in spec.close_fds:
+        os.close(fd)
     out, err, res, stk = (_open_w(spec.files[k]) for k in ("out", "err", "res", "stk"))
     os.dup2(devnull_fd(), 0)
     os.dup2(out, 1)
@@ -171,7 +181,7 @@ def _run(
         setattr(sys, f"__{name}__", stream)
     # 5. Stack dumps: SIGUSR1 -> every thread's Python stack into the stk file (the runner
     #    sends it to hung ranks); crashes (SIGSEGV, SIGABRT, ...) -> stack on stderr.
-    faulthandler.register(signal.SIGUSR1, file=stk, all_threads=True, chain=False)
+    faulthandler.register(_SIGUSR1, file=stk, all_threads=True, chain=False)
     faulthandler.enable(file=2, all_threads=True)
     # 6. The torch fork hazard (see _forksafety); nested groups clean up after themselves.
     if spec.single_torch:
@@ -187,7 +197,7 @@ def _run(
         deadline=spec.deadline,
         start=spec.start,
         timeout=spec.timeout,
-        mesh=mesh.for_rank(spec.rank),
+        mesh=mesh,
         writer=writer,
         faults=spec.faults,
     )
@@ -252,6 +262,10 @@ def _finish(spec: RankSpec, writer: RecordWriter, before: set[int]) -> None:
 
 def _flush_and_save() -> None:
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
+        if type(stream) is _FdText:
+            continue  # unbuffered: nothing to flush (and no code to run in a fresh fork)
+        try:  # noqa: SIM105 - contextlib.suppress costs copy-on-write faults here
             stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
     save_coverage()

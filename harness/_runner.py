@@ -121,7 +121,7 @@ def _signals_to_reset(sigpipe: str) -> tuple[tuple[int, ...], bool]:
             wakeup = True
     except ValueError:
         pass  # not the main thread: no wakeup fd can be set from here anyway
-    return tuple(reset), wakeup
+    return tuple(int(sig) for sig in reset), wakeup
 
 
 def _is_coverage_handler(handler: object) -> bool:
@@ -210,6 +210,7 @@ def run_ranks(
                 reset_signals=reset_signals,
                 reset_wakeup_fd=reset_wakeup,
                 single_torch=single_torch,
+                close_fds=mesh.not_for(r),
                 check_fds=check_fds,
                 faults=faults.for_rank(r) if faults is not None else {},
             )
