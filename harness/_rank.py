@@ -50,7 +50,7 @@ class RankSpec:
     world_size: int
     parent_pid: int
     workdir: str
-    files: Mapping[str, str]  # "out", "err", "res", "stk" -> path
+    capture: tuple[int, int, int, int]  # out, err, res, stk: opened by the parent
     seed: int
     start: float
     deadline: float
@@ -61,10 +61,6 @@ class RankSpec:
     close_fds: tuple[int, ...]
     check_fds: bool
     faults: Mapping[str, tuple[PlannedFault, ...]]
-
-
-def _open_w(path: str) -> int:
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
 
 class _FdBytes:
@@ -163,11 +159,12 @@ def _run(
         _signal.signal(sig, _SIG_DFL)
     if spec.reset_wakeup_fd:
         signal.set_wakeup_fd(-1)
-    # 4. Drop the other ranks' pipe ends (see _mesh), then capture at the fd level into
-    #    files: survives SIGKILL and C-level writes.
+    # 4. Drop the other ranks' pipe ends (see _mesh) and capture files, then capture at
+    #    the fd level into our files (opened by the parent: no file creation here):
+    #    survives SIGKILL and C-level writes.
     for fd in spec.close_fds:
         os.close(fd)
-    out, err, res, stk = (_open_w(spec.files[k]) for k in ("out", "err", "res", "stk"))
+    out, err, res, stk = spec.capture
     os.dup2(devnull_fd(), 0)
     os.dup2(out, 1)
     os.dup2(err, 2)

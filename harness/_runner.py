@@ -188,8 +188,10 @@ def run_ranks(
     reaper = Reaper()
     start = time.monotonic()
     completed = False
+    capture: list[tuple[int, int, int, int]] = []
     try:
         mesh = Mesh.create(world_size)
+        capture = wd.open_capture(world_size)
         for stream in (sys.stdout, sys.stderr):  # or the ranks would print it again
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 stream.flush()
@@ -202,7 +204,7 @@ def run_ranks(
                 world_size=world_size,
                 parent_pid=parent,
                 workdir=wd.path,
-                files={k: wd.file(r, k) for k in ("out", "err", "res", "stk")},
+                capture=capture[r],
                 seed=group_seed,
                 start=start,
                 deadline=deadline,
@@ -210,7 +212,10 @@ def run_ranks(
                 reset_signals=reset_signals,
                 reset_wakeup_fd=reset_wakeup,
                 single_torch=single_torch,
-                close_fds=mesh.not_for(r),
+                close_fds=(
+                    *mesh.not_for(r),
+                    *(fd for j, fds in enumerate(capture) if j != r for fd in fds),
+                ),
                 check_fds=check_fds,
                 faults=faults.for_rank(r) if faults is not None else {},
             )
@@ -218,6 +223,7 @@ def run_ranks(
         ]
         _fork_all(specs, ranks, reaper, mesh, target=target, args=args)
         mesh.parent_after_fork()
+        _close_capture(capture)
         failure_order = _supervise(
             ranks,
             reaper,
@@ -234,6 +240,7 @@ def run_ranks(
         reaper.close()
         if mesh is not None:
             mesh.parent_close()
+        _close_capture(capture)
         if not completed:  # interrupted (KeyboardInterrupt, a bug): leave nothing behind
             _survivors(ranks)
             wd.remove(clean=False)
@@ -252,6 +259,15 @@ def run_ranks(
         timeout=timeout,
         failure_order=tuple(failure_order),
     )
+
+
+def _close_capture(capture: list[tuple[int, int, int, int]]) -> None:
+    """The parent's copies of the ranks' capture fds (idempotent: empties the list)."""
+    for fds in capture:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    capture.clear()
 
 
 def _fork_all(

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import cache
 
 __all__ = [
+    "CAPTURE_KINDS",
     "WORKDIR_PREFIX",
     "WORKDIR_ROOT_ENV",
     "Workdir",
@@ -42,6 +43,7 @@ __all__ = [
 WORKDIR_PREFIX = "tpb-"
 WORKDIR_ROOT_ENV = "TPBCAST_WORKDIR_ROOT"
 _SUN_PATH_MAX = 107
+CAPTURE_KINDS = ("out", "err", "res", "stk")
 _POOL_MAX = [4]  # per pool; set to 0 in ranks
 # Only the process that imported us pools: a forked child (pytest-forked's per-test child,
 # a multiprocessing fork worker, a rank) usually ends in os._exit, which skips the atexit
@@ -175,6 +177,22 @@ class Workdir:
 
     def file(self, rank: int, kind: str) -> str:
         return f"{self.capture}/{rank}.{kind}"
+
+    def open_capture(self, world_size: int) -> list[tuple[int, int, int, int]]:
+        """Create every rank's capture files (out, err, res, stk) in the parent, before
+        fork: a rank then only dup2()s, and a rank that dies at once still has files."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC
+        opened: list[tuple[int, int, int, int]] = []
+        try:
+            for rank in range(world_size):
+                fds = [os.open(self.file(rank, kind), flags, 0o600) for kind in CAPTURE_KINDS]
+                opened.append((fds[0], fds[1], fds[2], fds[3]))
+        except BaseException:
+            for group in opened:
+                for fd in group:
+                    os.close(fd)
+            raise
+        return opened
 
     def leftovers(self) -> tuple[str, ...]:
         """Relative paths created during the group and still present."""
