@@ -143,6 +143,10 @@ def judge_exception(when: str, exc: BaseException, text: str) -> Judgement:
     if type(exc).__name__ == "RankGroupFailure":
         return _judge_group_failure(exc)
     if isinstance(exc, AssertionError | pytest.fail.Exception):
+        # The checks' messages start with the clause ("WIRE-3: ... -- got ..."); the
+        # exception type adds nothing for a reader of the report.
+        for prefix in ("AssertionError: ", "Failed: "):
+            text = text.removeprefix(prefix)
         return Judgement(Verdict.FAIL, _clip(text))
     return Judgement(
         Verdict.ERROR, _clip(f"{type(exc).__name__} during {when} (no verdict reached): {text}")
