@@ -26,16 +26,16 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 
-from ._channel import Record, read_all, read_records
+from ._channel import read_records
 from ._faults import FaultPlan
 from ._forksafety import check_fork_safety, ranks_need_single_torch
 from ._mesh import Mesh
-from ._outcome import FaultRecord, GroupResult, RankOutcome, Status, signal_name
+from ._outcome import GroupResult
 from ._proc import group_alive, killpg_quiet, list_group_members, preload
-from ._rank import EXIT_BOOTSTRAP, RankSpec, rank_main
+from ._rank import RankSpec, rank_main
 from ._reaper import Reaper
+from ._verdict import RankState, failed, judge
 from ._workdir import Workdir
 
 __all__ = ["SEED_ENV", "run_ranks"]
@@ -43,23 +43,7 @@ __all__ = ["SEED_ENV", "run_ranks"]
 SEED_ENV = "TPBCAST_SEED"
 _DUMP_WAIT_MAX = 1.0  # seconds to wait for faulthandler dumps of hung ranks
 _REAP_AFTER_KILL = 10.0  # a SIGKILLed process normally goes in microseconds
-_SURVIVOR_GRACE = 0.5
-_BOOTSTRAP_NOTE = (
-    f"exit code {EXIT_BOOTSTRAP}: the harness itself failed inside the rank (e.g. the "
-    "target closed the harness's fds); its traceback is on the rank's stderr"
-)  # grandchildren killed by PDEATHSIG need a moment to go
-
-
-@dataclass
-class _Rank:
-    rank: int
-    pid: int
-    forked_at: float
-    status: int | None = None  # raw wait status once reaped
-    ended_at: float | None = None
-    killed_by_harness: bool = False
-    note: str = ""
-    records: list[Record] | None = None
+_SURVIVOR_GRACE = 0.5  # grandchildren killed by PDEATHSIG need a moment to go
 
 
 def _resolve_seed(seed: int | None, faults: FaultPlan | None) -> int:
@@ -184,7 +168,7 @@ def run_ranks(
     single_torch = ranks_need_single_torch()
     wd = Workdir.open(workdir)
     mesh: Mesh | None = None
-    ranks: list[_Rank] = []
+    ranks: list[RankState] = []
     reaper = Reaper()
     start = time.monotonic()
     completed = False
@@ -245,7 +229,7 @@ def run_ranks(
             _survivors(ranks)
             wd.remove(clean=False)
     survivors = _survivors(ranks)
-    outcomes = tuple(_outcome(r, wd) for r in ranks)
+    outcomes = tuple(judge(r, wd) for r in ranks)
     leftovers = wd.leftovers()
     wd.remove(clean=not leftovers and not survivors)
     return GroupResult(
@@ -272,7 +256,7 @@ def _close_capture(capture: list[tuple[int, int, int, int]]) -> None:
 
 def _fork_all(
     specs: list[RankSpec],
-    ranks: list[_Rank],
+    ranks: list[RankState],
     reaper: Reaper,
     mesh: Mesh,
     *,
@@ -294,27 +278,15 @@ def _fork_all(
         for spec in specs:
             forked_at = time.monotonic()
             pid = _fork(spec, mesh, target, args)
-            ranks.append(_Rank(spec.rank, pid, forked_at))
+            ranks.append(RankState(spec.rank, pid, forked_at))
             reaper.add(pid)
     finally:
         if freeze:
             gc.unfreeze()
 
 
-def _failed(status: int, records: list[Record]) -> bool:
-    """Did a rank that just ended fail (for fail-fast)? Exit 0 without a record does not
-    count (it is reported as EXITED, but it is not a crash that strands the others)."""
-    if os.WIFSIGNALED(status):
-        return True
-    if any(rec.kind == "raised" for rec in records):
-        return True
-    if any(rec.kind == "ok" for rec in records):
-        return False
-    return os.WEXITSTATUS(status) != 0
-
-
 def _supervise(
-    ranks: list[_Rank],
+    ranks: list[RankState],
     reaper: Reaper,
     wd: Workdir,
     *,
@@ -334,7 +306,7 @@ def _supervise(
             rank = by_pid[pid]
             rank.status, rank.ended_at = status, reaper.reaped_at[pid]
             rank.records = read_records(wd.file(rank.rank, "res"))
-            if _failed(status, rank.records):
+            if failed(status, rank.records):
                 failure_order.append(rank.rank)
                 if fail_fast:
                     cut = time.monotonic() + fail_fast_grace
@@ -353,7 +325,7 @@ def _supervise(
 
 
 def _stop_hung(
-    hung: list[_Rank], reaper: Reaper, wd: Workdir, reason: str, kill_grace: float
+    hung: list[RankState], reaper: Reaper, wd: Workdir, reason: str, kill_grace: float
 ) -> None:
     """Stack dump, SIGTERM, grace, SIGKILL of the process group; reap."""
     by_pid = {r.pid: r for r in hung}
@@ -384,7 +356,7 @@ def _stop_hung(
     collect(time.monotonic() + _REAP_AFTER_KILL)
 
 
-def _wait_for_dumps(live: list[_Rank], wd: Workdir, kill_grace: float) -> None:
+def _wait_for_dumps(live: list[RankState], wd: Workdir, kill_grace: float) -> None:
     """Poll (bounded) until every live rank's stack file has stopped growing."""
     until = time.monotonic() + min(_DUMP_WAIT_MAX, max(0.2, kill_grace / 2))
     sizes: dict[int, int] = {}
@@ -403,7 +375,7 @@ def _size(path: str) -> int:
         return 0
 
 
-def _kill_and_reap(ranks: list[_Rank], reaper: Reaper) -> None:
+def _kill_and_reap(ranks: list[RankState], reaper: Reaper) -> None:
     """Last line of defence (exceptions in the parent): nothing outlives the call."""
     if not reaper.live:
         return
@@ -418,7 +390,7 @@ def _kill_and_reap(ranks: list[_Rank], reaper: Reaper) -> None:
             by_pid[pid].status, by_pid[pid].ended_at = status, reaper.reaped_at[pid]
 
 
-def _survivors(ranks: list[_Rank]) -> tuple[int, ...]:
+def _survivors(ranks: list[RankState]) -> tuple[int, ...]:
     """Processes still in a rank's process group after the rank was reaped (bug: reported
     and SIGKILLed), plus ranks that could not be reaped at all."""
     unreaped = [r.pid for r in ranks if r.status is None]
@@ -434,74 +406,3 @@ def _survivors(ranks: list[_Rank]) -> tuple[int, ...]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return tuple(sorted(set(members) | set(unreaped)))
-
-
-def _read_text(path: str) -> str:
-    try:
-        if os.stat(path).st_size == 0:
-            return ""  # the common case: one syscall instead of open/read/close
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return ""
-    try:
-        return read_all(fd).decode("utf-8", errors="backslashreplace")
-    finally:
-        os.close(fd)
-
-
-def _outcome(r: _Rank, wd: Workdir) -> RankOutcome:
-    records = r.records if r.records is not None else read_records(wd.file(r.rank, "res"))
-    faults = tuple(rec.payload for rec in records if rec.kind == "fault")
-    fault_records = tuple(f for f in faults if isinstance(f, FaultRecord))
-    leaked: tuple[str, ...] = ()
-    final = None
-    for rec in records:
-        if rec.kind == "fds" and isinstance(rec.payload, tuple):
-            leaked = tuple(str(x) for x in rec.payload)
-        elif rec.kind in ("ok", "raised", "unloadable"):
-            final = rec
-    status_raw = r.status
-    exit_code = sig = None
-    if status_raw is not None:
-        if os.WIFSIGNALED(status_raw):
-            sig = os.WTERMSIG(status_raw)
-        elif os.WIFEXITED(status_raw):
-            exit_code = os.WEXITSTATUS(status_raw)
-    base = RankOutcome(
-        rank=r.rank,
-        pid=r.pid,
-        status=Status.EXITED,
-        exit_code=exit_code,
-        signal=sig,
-        signal_name=signal_name(sig),
-        stdout=_read_text(wd.file(r.rank, "out")),
-        stderr=_read_text(wd.file(r.rank, "err")),
-        duration=(r.ended_at or time.monotonic()) - r.forked_at,
-        stack_dump=_read_text(wd.file(r.rank, "stk")) or None,
-        faults=fault_records,
-        leaked_fds=leaked,
-        note=r.note or (_BOOTSTRAP_NOTE if exit_code == EXIT_BOOTSTRAP and not final else ""),
-    )
-    if r.killed_by_harness or status_raw is None:
-        return replace(base, status=Status.TIMED_OUT)
-    if sig is not None:
-        return replace(base, status=Status.SIGNALED)
-    payload = final.payload if final is not None else None
-    if final is not None and final.kind == "ok" and isinstance(payload, dict):
-        return replace(base, status=Status.OK, value=payload.get("value"))
-    if final is not None and final.kind == "raised" and isinstance(payload, dict):
-        return replace(
-            base,
-            status=Status.RAISED,
-            exc_type=str(payload.get("type")),
-            exc_message=str(payload.get("message")),
-            traceback=str(payload.get("traceback")),
-        )
-    if final is not None and final.kind == "unloadable":
-        return replace(
-            base,
-            status=Status.RAISED,
-            exc_type="tpbcast.harness.UnloadableResult",
-            exc_message=f"rank {r.rank}'s result could not be unpickled: {payload}",
-        )
-    return base

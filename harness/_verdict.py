@@ -1,0 +1,122 @@
+"""Judging one rank: from its wait status and its result records to a RankOutcome.
+
+Kept apart from the supervisor (``_runner``) so the rules read in one place: a signal beats
+a record (the rank died after writing it), a harness kill is TIMED_OUT whatever the rank
+managed to write, and a record-less exit is EXITED with its code.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+
+from ._channel import Record, read_all, read_records
+from ._outcome import FaultRecord, RankOutcome, Status, signal_name
+from ._rank import EXIT_BOOTSTRAP
+from ._workdir import Workdir
+
+__all__ = ["RankState", "failed", "judge"]
+
+_BOOTSTRAP_NOTE = (
+    f"exit code {EXIT_BOOTSTRAP}: the harness itself failed inside the rank (e.g. the "
+    "target closed the harness's fds); its traceback is on the rank's stderr"
+)
+
+
+@dataclass
+class RankState:
+    """What the supervisor learns about one rank while the group runs (mutable)."""
+
+    rank: int
+    pid: int
+    forked_at: float
+    status: int | None = None  # raw wait status once reaped
+    ended_at: float | None = None
+    killed_by_harness: bool = False
+    note: str = ""
+    records: list[Record] | None = None
+
+
+def failed(status: int, records: list[Record]) -> bool:
+    """Did a rank that just ended fail (for fail-fast)? Exit 0 without a record does not
+    count (it is reported as EXITED, but it is not a crash that strands the others)."""
+    if os.WIFSIGNALED(status):
+        return True
+    if any(rec.kind == "raised" for rec in records):
+        return True
+    if any(rec.kind == "ok" for rec in records):
+        return False
+    return os.WEXITSTATUS(status) != 0
+
+
+def _read_text(path: str) -> str:
+    try:
+        if os.stat(path).st_size == 0:
+            return ""  # the common case: one syscall instead of open/read/close
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return ""
+    try:
+        return read_all(fd).decode("utf-8", errors="backslashreplace")
+    finally:
+        os.close(fd)
+
+
+def judge(r: RankState, wd: Workdir) -> RankOutcome:
+    """The rank's final, frozen outcome (reads its capture files)."""
+    records = r.records if r.records is not None else read_records(wd.file(r.rank, "res"))
+    faults = tuple(rec.payload for rec in records if rec.kind == "fault")
+    fault_records = tuple(f for f in faults if isinstance(f, FaultRecord))
+    leaked: tuple[str, ...] = ()
+    final = None
+    for rec in records:
+        if rec.kind == "fds" and isinstance(rec.payload, tuple):
+            leaked = tuple(str(x) for x in rec.payload)
+        elif rec.kind in ("ok", "raised", "unloadable"):
+            final = rec
+    status_raw = r.status
+    exit_code = sig = None
+    if status_raw is not None:
+        if os.WIFSIGNALED(status_raw):
+            sig = os.WTERMSIG(status_raw)
+        elif os.WIFEXITED(status_raw):
+            exit_code = os.WEXITSTATUS(status_raw)
+    base = RankOutcome(
+        rank=r.rank,
+        pid=r.pid,
+        status=Status.EXITED,
+        exit_code=exit_code,
+        signal=sig,
+        signal_name=signal_name(sig),
+        stdout=_read_text(wd.file(r.rank, "out")),
+        stderr=_read_text(wd.file(r.rank, "err")),
+        duration=(r.ended_at or time.monotonic()) - r.forked_at,
+        stack_dump=_read_text(wd.file(r.rank, "stk")) or None,
+        faults=fault_records,
+        leaked_fds=leaked,
+        note=r.note or (_BOOTSTRAP_NOTE if exit_code == EXIT_BOOTSTRAP and not final else ""),
+    )
+    if r.killed_by_harness or status_raw is None:
+        return replace(base, status=Status.TIMED_OUT)
+    if sig is not None:
+        return replace(base, status=Status.SIGNALED)
+    payload = final.payload if final is not None else None
+    if final is not None and final.kind == "ok" and isinstance(payload, dict):
+        return replace(base, status=Status.OK, value=payload.get("value"))
+    if final is not None and final.kind == "raised" and isinstance(payload, dict):
+        return replace(
+            base,
+            status=Status.RAISED,
+            exc_type=str(payload.get("type")),
+            exc_message=str(payload.get("message")),
+            traceback=str(payload.get("traceback")),
+        )
+    if final is not None and final.kind == "unloadable":
+        return replace(
+            base,
+            status=Status.RAISED,
+            exc_type="tpbcast.harness.UnloadableResult",
+            exc_message=f"rank {r.rank}'s result could not be unpickled: {payload}",
+        )
+    return base
