@@ -50,15 +50,23 @@ def failed(status: int, records: list[Record]) -> bool:
     return os.WEXITSTATUS(status) != 0
 
 
+_MAX_CAPTURE = 8 << 20  # bytes of a rank's stdout/stderr kept (the tail: where it failed)
+
+
 def _read_text(path: str) -> str:
     try:
-        if os.stat(path).st_size == 0:
+        size = os.stat(path).st_size
+        if size == 0:
             return ""  # the common case: one syscall instead of open/read/close
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return ""
     try:
-        return read_all(fd).decode("utf-8", errors="backslashreplace")
+        head = ""
+        if size > _MAX_CAPTURE:
+            os.lseek(fd, size - _MAX_CAPTURE, os.SEEK_SET)
+            head = f"[... first {size - _MAX_CAPTURE} bytes cut ...]\n"
+        return head + read_all(fd).decode("utf-8", errors="backslashreplace")
     finally:
         os.close(fd)
 

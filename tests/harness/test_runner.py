@@ -395,3 +395,17 @@ def test_a_target_that_breaks_the_harness_is_reported_as_such():
     assert o.exit_code == 70
     assert "the harness itself failed inside the rank" in o.note
     assert "Bad file descriptor" in o.stderr
+
+
+def floods_stdout(ctx):
+    chunk = b"x" * (1 << 20)
+    for _ in range(10):
+        os.write(1, chunk)
+    os.write(1, b"\nlast line\n")
+
+
+def test_huge_output_keeps_its_tail():
+    o = run_ranks(floods_stdout, 1, timeout=T).outcomes[0]
+    assert o.stdout.startswith("[... first ")
+    assert o.stdout.endswith("last line\n")
+    assert len(o.stdout) < (9 << 20)
