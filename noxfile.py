@@ -98,3 +98,11 @@ def forked(session: nox.Session) -> None:
     for example in EXAMPLES:
         with session.chdir(example):
             session.run("pytest", "-p", "no:cacheprovider", "--forked", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Ratio benchmarks (never timed assertions): harness fork cost, UDS vs fallback path."""
+    _install_project(session)
+    session.run("python", "benchmarks/bench_harness.py", *session.posargs)
+    session.run("python", "benchmarks/bench_dispatch.py", *session.posargs)
