@@ -13,6 +13,7 @@ import errno
 import hashlib
 import os
 import random
+import re
 import socket
 import stat
 import time
@@ -375,3 +376,17 @@ def listening_sockets(before: dict[int, str]) -> list[str]:
                 name = sock.getsockname()
                 found.append(name if isinstance(name, str) else repr(name))
     return found
+
+
+# A path starts with "/" and a non-digit, not inside a word: "32768/65536" is no path.
+_PATH_RE: Final = re.compile(r"(?<![\w/])/[A-Za-z._-][^\s'\"\]\),]*")
+
+
+def mentions(raised: Raised, token: object) -> bool:
+    """True if the error's message names ``token`` as a word, outside any path.
+
+    Temporary paths contain random digits, so a plain ``"1" in message`` could pass
+    for an error that names no rank at all.
+    """
+    text = _PATH_RE.sub(" ", raised.message)
+    return re.search(rf"(?<![\w.-]){re.escape(str(token))}(?![\w])", text) is not None
