@@ -1,4 +1,4 @@
-"""Session-level proof that the harness self-tests leave nothing behind.
+"""Session-level proof that the whole self-test suite leaves nothing behind.
 
 At configure time (in the xdist controller, or the only process without xdist) we
 1. point ``TPBCAST_WORKDIR_ROOT`` at a private root, inherited by xdist workers and by
