@@ -56,8 +56,18 @@ def coverage(session: nox.Session) -> None:
     """Self-tests under coverage, counting lines executed in forked ranks."""
     _install_project(session)
     session.run("coverage", "erase")
-    session.run("coverage", "run", "-m", "pytest", "-n", "auto", "-p", "no:cacheprovider",
-                "tests", *session.posargs)
+    session.run(
+        "coverage",
+        "run",
+        "-m",
+        "pytest",
+        "-n",
+        "auto",
+        "-p",
+        "no:cacheprovider",
+        "tests",
+        *session.posargs,
+    )
     session.run("coverage", "combine")
     session.run("coverage", "report")
     session.run("coverage", "html", "-d", "reports/coverage")

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tpbcast.conformance.adapters.native import library_path
 from tpbcast.conformance.adapters.native._lib import load
 

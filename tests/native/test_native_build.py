@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from tpbcast.conformance.adapters.native import NativeBuildError, _build
 
 from ._forkrun import run_forked, values

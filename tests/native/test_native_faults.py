@@ -14,6 +14,7 @@ import stat
 import time
 
 import pytest
+
 from tpbcast.conformance.adapters.native import NativeBroadcastError
 
 from . import _ranks

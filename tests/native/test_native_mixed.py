@@ -13,6 +13,7 @@ import os
 import signal
 
 import pytest
+
 from tpbcast.conformance.adapters.native import make as make_native
 
 from . import _ranks

@@ -7,6 +7,7 @@ import os
 import socket
 
 import pytest
+
 from tpbcast.conformance.adapters.native import (
     NativeBrokenError,
     NativeConfigurationError,
