@@ -101,10 +101,7 @@ class CpuTpBroadcaster:
 
     def __init__(self, config: BroadcasterConfig | None = None) -> None:
         self._default_config = config if config is not None else BroadcasterConfig()
-        self._lock = threading.Lock()
-        # Guards the abort pipe between a resetting thread (writes) and the
-        # teardown (closes): a write must never hit a closed, reused fd number.
-        self._abort_lock = threading.Lock()
+        self._new_locks()
         self._busy: str | None = None
         self._busy_thread: int | None = None
         self._generation = 0
@@ -125,23 +122,43 @@ class CpuTpBroadcaster:
 
     # -- guards -------------------------------------------------------------
 
-    @contextmanager
-    def _guard(self, what: str) -> Iterator[None]:
-        if not self._lock.acquire(blocking=False):
-            raise BroadcastError(
-                f"{what}() called while {self._busy}() is running (another thread or a "
-                "signal handler); a broadcaster is not re-entrant",
-                rank=self._rank,
-                phase=what,
-            )
+    def _new_locks(self) -> None:
+        # ``_busy`` (which call runs, in which thread) is read and written only
+        # under ``_state``, so a caller always sees who is busy -- never a call
+        # that holds the instance but has not named itself yet, or has just
+        # unnamed itself (that window made reset() from another thread fail
+        # with "while None() is running").  ``_state`` is held for a few
+        # bytecodes only, never across I/O; it is re-entrant so a signal handler
+        # that calls in while this thread holds it does not deadlock.
+        self._state = threading.RLock()
+        self._idle = threading.Condition(self._state)
+
+    def _enter(self, what: str) -> None:
+        """Claim the instance for ``what``; call with ``_state`` held."""
         self._busy = what
         self._busy_thread = threading.get_ident()
+
+    def _leave(self) -> None:
+        with self._state:
+            self._busy = None
+            self._busy_thread = None
+            self._idle.notify_all()
+
+    @contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        with self._state:
+            if self._busy is not None:
+                raise BroadcastError(
+                    f"{what}() called while {self._busy}() is running (another thread or a "
+                    "signal handler); a broadcaster is not re-entrant",
+                    rank=self._rank,
+                    phase=what,
+                )
+            self._enter(what)
         try:
             yield
         finally:
-            self._busy = None
-            self._busy_thread = None
-            self._lock.release()
+            self._leave()
 
     # -- public API ---------------------------------------------------------
 
@@ -276,35 +293,34 @@ class CpuTpBroadcaster:
             from the broadcasting thread (a signal handler), or the broadcast
             did not stop within ``_ABORT_WAIT`` seconds.
         """
-        if not self._lock.acquire(blocking=False):
-            if self._busy != "broadcast" or self._busy_thread == threading.get_ident():
-                raise BroadcastError(
-                    f"reset() called while {self._busy}() is running (a signal handler, or "
-                    "another thread during initialize); a broadcaster is not re-entrant",
-                    rank=self._rank,
-                    phase="reset",
-                )
-            with self._abort_lock:
+        with self._state:
+            busy = self._busy
+            if busy is not None:
+                if busy != "broadcast" or self._busy_thread == threading.get_ident():
+                    raise BroadcastError(
+                        f"reset() called while {busy}() is running (a signal handler, or "
+                        "another thread during initialize); a broadcaster is not re-entrant",
+                        rank=self._rank,
+                        phase="reset",
+                    )
+                # Under _state: the broadcast cannot leave (and no reset can
+                # close the pipe) while we write, so the fd is still ours.
                 self._links.request_abort()
-            if not self._lock.acquire(timeout=_ABORT_WAIT):
-                raise BroadcastError(
-                    f"reset() asked the in-flight broadcast to stop, but it did not within "
-                    f"{_ABORT_WAIT:g} s",
-                    rank=self._rank,
-                    phase="reset",
-                )
-        self._busy = "reset"
-        self._busy_thread = threading.get_ident()
+                if not self._idle.wait_for(lambda: self._busy is None, timeout=_ABORT_WAIT):
+                    raise BroadcastError(
+                        f"reset() asked the in-flight broadcast to stop, but it did not within "
+                        f"{_ABORT_WAIT:g} s",
+                        rank=self._rank,
+                        phase="reset",
+                    )
+            self._enter("reset")
         try:
-            with self._abort_lock:
-                self._links.close(unlink=True)
-                self._links = Links()
+            self._links.close(unlink=True)
+            self._links = Links()
             self._set_uninitialized()
             self._generation += 1
         finally:
-            self._busy = None
-            self._busy_thread = None
-            self._lock.release()
+            self._leave()
 
     def statistics(self) -> BroadcasterStatistics:
         """A frozen snapshot of the state and byte counters."""
@@ -377,8 +393,7 @@ class CpuTpBroadcaster:
 
     def _forget_after_fork(self) -> None:
         """In a forked child: drop inherited connections, unlink nothing."""
-        self._lock = threading.Lock()
-        self._abort_lock = threading.Lock()
+        self._new_locks()
         self._busy = None
         self._busy_thread = None
         self._links.close(unlink=False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import sys
+import threading
 import types
 
 import pytest
@@ -395,3 +397,51 @@ def test_overlapping_broadcast_is_refused_and_reset_aborts(base_path: str) -> No
     assert type(aborted) is BroadcastError and "aborted: reset()" in str(aborted)
     assert aborted.errno_name == "ECANCELED" and aborted.peer == 1
     assert seen["after_reset"] is False and seen["reset_took"] < 5
+
+
+def test_reset_from_another_thread_never_races_a_call_entering_or_leaving(base_path: str) -> None:
+    """reset() from another thread works whatever the other thread is doing.
+
+    A call that has just claimed the instance (or is just leaving it) used to be
+    invisible to reset(), which then raised "reset() called while None() is
+    running"; refusals must name the call that is really running.
+    """
+    b = CpuTpBroadcaster()
+    stop = threading.Event()
+    refusals: list[str] = []
+
+    def hammer() -> None:
+        while not stop.is_set():
+            try:
+                b.broadcast(bytearray(1))
+            except NotInitializedError:
+                pass
+            except BroadcastError as exc:
+                refusals.append(str(exc))
+
+    reset_errors: list[str] = []
+    init_refusals: list[str] = []
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: widen every window
+    worker = threading.Thread(target=hammer, daemon=True)
+    worker.start()
+    try:
+        for _ in range(20_000):
+            try:
+                b.initialize(0, 1, base_path)
+            except BroadcastError as exc:
+                init_refusals.append(str(exc))
+            try:
+                b.reset()
+            except BroadcastError as exc:
+                reset_errors.append(str(exc))
+    finally:
+        stop.set()
+        sys.setswitchinterval(old_interval)
+        worker.join(10)
+    assert not worker.is_alive()
+    # the threads really overlapped: broadcasts were refused while reset() ran
+    assert any("while reset() is running" in text for text in refusals), refusals[:3]
+    assert reset_errors == [], reset_errors[:3]
+    assert all("initialize() called while broadcast() is running" in t for t in init_refusals)
+    assert not [t for t in refusals if "None()" in t], "a refusal named no running call"
