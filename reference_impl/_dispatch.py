@@ -338,11 +338,22 @@ class CpuBroadcastDispatcher:
             return item.buffer
         import torch
 
+        if item.nbytes == 0:
+            # torch.frombuffer refuses an empty buffer, and there is nothing to share;
+            # the UDS path takes it, so the collective path must too.
+            return torch.empty(0, dtype=torch.uint8)
         try:
             if hasattr(item.buffer, "__array_interface__"):
                 return torch.from_numpy(item.buffer)
-            return torch.frombuffer(memoryview(item.buffer).cast("B"), dtype=torch.uint8)
-        except (TypeError, ValueError, RuntimeError) as exc:
+            view = memoryview(item.buffer)
+            if not view.c_contiguous:
+                # A strided buffer (memoryview(buf)[::2]) works on the UDS path;
+                # torch.frombuffer needs a flat one, numpy shares the strided one.
+                import numpy
+
+                return torch.from_numpy(numpy.asarray(view))
+            return torch.frombuffer(view.cast("B"), dtype=torch.uint8)
+        except (TypeError, ValueError, RuntimeError, ImportError) as exc:
             raise ConfigurationError(
                 f"buffer {index} ({type(item.buffer).__name__}, {item.nbytes} bytes) cannot "
                 f"be shared with torch for the collective path: {exc}",

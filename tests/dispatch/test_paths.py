@@ -198,3 +198,37 @@ def test_megabyte_payloads_on_both_paths(local_world_size):
         else:
             assert path == "collective"
             assert events == (("collective", nbytes), ("sync_communication",), ("device_sync",))
+
+
+def _odd_buffers_rank(ctx: RankContext, local_world_size: int) -> tuple[str, list[bytes]]:
+    stack = _stack.make_stack(ctx)
+    try:
+        bootstrap(
+            stack.dispatcher,
+            tp_rank=ctx.rank,
+            tp_size=ctx.world_size,
+            local_world_size=local_world_size,
+            base_path=ctx.base_path,
+            config=_stack.FAST,
+        )
+        truth = bytes(range(1, 41))
+        backing = bytearray(truth) if ctx.rank == 0 else bytearray(len(truth))
+        # an empty buffer between full ones, and a strided (non-contiguous) memoryview
+        buffers = [bytearray(), bytearray(truth[:7]) if ctx.rank == 0 else bytearray(7)]
+        buffers.append(memoryview(backing)[::3])  # type: ignore[arg-type]
+        path = stack.dispatcher.broadcast_cpu(buffers)
+        return str(path), [bytes(buffers[1]), bytes(backing)]
+    finally:
+        stack.dispatcher.teardown()
+
+
+@pytest.mark.parametrize("local_world_size", [2, 1], ids=["uds", "collective"])
+def test_empty_and_strided_buffers_work_on_both_paths(local_world_size):
+    """What the UDS path takes, the collective path takes too (torch.frombuffer refuses both)."""
+    truth = bytes(range(1, 41))
+    strided = bytearray(len(truth))
+    strided[::3] = truth[::3]  # what a peer's backing holds after the call
+    want_path = "uds" if local_world_size == 2 else "collective"
+    results = values(run_forked(_odd_buffers_rank, 2, args=(local_world_size,)))
+    assert results[0] == (want_path, [truth[:7], truth])
+    assert results[1] == (want_path, [truth[:7], bytes(strided)])
