@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ._outcome import signal_name
 from ._proc import PR_SET_PDEATHSIG_KILL, save_coverage, set_pdeathsig
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ class Kill(FaultAction):
     signal: int = signal.SIGKILL
 
     def describe(self) -> str:
-        return f"Kill({signal.Signals(self.signal).name})"
+        return f"Kill({signal_name(self.signal)})"
 
     def fire(self, ctx: RankContext, point: str) -> None:
         _flush_std()
@@ -109,7 +110,11 @@ class Pause(FaultAction):
     """Stop this rank with SIGSTOP for ``seconds``; a helper process sends SIGCONT.
 
     A stopped process cannot wake itself, so the rank forks a tiny helper first. The helper
-    dies with the rank (PDEATHSIG) and is reaped by the rank after it resumes.
+    starts its clock only once it sees the rank stopped (``/proc/<pid>/stat`` state ``T``):
+    on a loaded machine the rank may reach its ``SIGSTOP`` after ``seconds`` have passed,
+    and a SIGCONT sent before the SIGSTOP would leave the rank stopped until the group
+    deadline. The helper dies with the rank (PDEATHSIG) and is reaped by the rank after it
+    resumes.
     """
 
     seconds: float = 0.5
@@ -122,24 +127,52 @@ class Pause(FaultAction):
         me = os.getpid()
         helper = os.fork()
         if helper == 0:  # pragma: no cover - helper process, ends in os._exit
-            code = 0
+            code = 1
             try:
                 set_pdeathsig(PR_SET_PDEATHSIG_KILL)
-                time.sleep(self.seconds)  # the fault's duration, not synchronisation
-                os.kill(me, signal.SIGCONT)
-            except BaseException:
-                code = 1
+                if os.getppid() == me and _wait_until_stopped(me, _PAUSE_HELPER_BUDGET):
+                    time.sleep(self.seconds)  # the fault's duration, not synchronisation
+                    code = 0
+                os.kill(me, signal.SIGCONT)  # also when the wait failed: never strand it
+            except BaseException:  # noqa: S110 - the helper must end in os._exit
+                pass
             finally:
                 os._exit(code)
         os.kill(me, signal.SIGSTOP)
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
-            pid, _ = os.waitpid(helper, os.WNOHANG)
-            if pid:
-                return
-            time.sleep(0.001)
+        _reap_helper(helper, time.monotonic() + _PAUSE_HELPER_BUDGET)
+
+
+# How long the SIGCONT helper may take to see its rank stopped, or to end after resuming
+# it: far beyond any scheduling delay, still bounded.
+_PAUSE_HELPER_BUDGET = 30.0
+
+
+def _wait_until_stopped(pid: int, budget: float) -> bool:
+    """Poll (bounded) until ``pid`` is in state ``T`` (stopped by a signal)."""
+    deadline = time.monotonic() + budget
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            return False
+        state = stat[stat.rfind(b")") + 2 :][:1]  # the field after "(comm) "
+        if state == b"T":
+            return True
+        time.sleep(0.001)  # polling another process's state with a deadline
+    return False
+
+
+def _reap_helper(helper: int, deadline: float) -> None:
+    """Reap the SIGCONT helper (it ends right after resuming us); kill it at the deadline."""
+    while time.monotonic() < deadline:
+        pid, _ = os.waitpid(helper, os.WNOHANG)
+        if pid:
+            return
+        time.sleep(0.001)  # polling a child with a deadline
+    with contextlib.suppress(ProcessLookupError):
         os.kill(helper, signal.SIGKILL)
-        os.waitpid(helper, 0)
+    os.waitpid(helper, 0)
 
 
 @dataclass(frozen=True)
@@ -171,7 +204,7 @@ class SignalStorm(FaultAction):
 
     def describe(self) -> str:
         return (
-            f"SignalStorm({signal.Signals(self.signal).name}, count={self.count}, "
+            f"SignalStorm({signal_name(self.signal)}, count={self.count}, "
             f"interval={self.interval:g}s)"
         )
 
@@ -185,7 +218,7 @@ class SignalStorm(FaultAction):
         signal.siginterrupt(self.signal, True)
         target = threading.main_thread().ident
         assert target is not None
-        name = signal.Signals(self.signal).name
+        name = signal_name(self.signal)
 
         def storm() -> None:
             sent = 0

@@ -100,6 +100,46 @@ def test_pause_stops_the_rank_and_resumes_it():
     assert result.survivors == ()  # the SIGCONT helper was reaped
 
 
+def test_pause_helper_waits_for_the_stop_before_it_counts():
+    """The SIGCONT helper starts its clock only once the rank is stopped: a SIGCONT that
+    overtook the rank's own SIGSTOP (a loaded box) would strand it until the deadline."""
+    from tpbcast.harness._faults import _wait_until_stopped
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.close(w)
+        os.read(r, 1)  # until the parent closes its end
+        os._exit(0)
+    os.close(r)
+    try:
+        # 1. A running (blocked, not stopped) process is not "stopped": bounded wait fails.
+        assert _wait_until_stopped(pid, 0.2) is False
+        # 2. Once it really is stopped, the wait says so.
+        os.kill(pid, signal.SIGSTOP)
+        assert _wait_until_stopped(pid, 30.0) is True
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        os.close(w)
+        os.waitpid(pid, 0)
+
+
+def test_pauses_of_zero_seconds_never_strand_the_rank():
+    def target(ctx):
+        for _ in range(5):
+            ctx.point("p")
+        return "resumed"
+
+    plan = FaultPlan()
+    for hit in range(1, 6):
+        plan.at(0, "p", Pause(0), hit=hit)
+    result = run_ranks(target, 1, timeout=T, faults=plan)
+    o = result.outcomes[0]
+    assert [f.action for f in o.faults] == ["Pause(0s)"] * 5
+    assert o.status is Status.OK, result.report()
+    assert o.duration < T / 2
+
+
 def test_paused_rank_past_the_deadline_is_still_stopped_and_reaped():
     plan = FaultPlan().at(0, "mid", Pause(60))
     result = run_ranks(paused_and_timed, 1, timeout=0.5, kill_grace=0.3, faults=plan)
@@ -118,7 +158,7 @@ def eintr_reads(ctx):
     buf = ctypes.create_string_buffer(1)
     ctx.point("storm")
     eintr = 0
-    while eintr < 3:  # bounded by the group deadline; the storm sends 50 signals
+    while eintr < 3:  # bounded by the group deadline; the storm outlasts any scheduling delay
         if libc.read(r, buf, 1) == -1 and ctypes.get_errno() == errno.EINTR:
             eintr += 1
     os.close(r)
@@ -127,10 +167,12 @@ def eintr_reads(ctx):
 
 
 def test_signal_storm_interrupts_blocking_syscalls_with_eintr():
-    plan = FaultPlan().at(0, "storm", SignalStorm(count=50, interval=0.002))
-    result = run_ranks(eintr_reads, 1, timeout=10, faults=plan)
+    # A long storm (up to 20 s; the rank returns after 3 EINTRs and the daemon thread dies
+    # with it): a short one could be over before a descheduled rank reaches read().
+    plan = FaultPlan().at(0, "storm", SignalStorm(count=10_000, interval=0.002))
+    result = run_ranks(eintr_reads, 1, timeout=T, faults=plan)
     o = result.outcomes[0]
-    assert o.faults[0].action == "SignalStorm(SIGUSR2, count=50, interval=0.002s)"
+    assert o.faults[0].action == "SignalStorm(SIGUSR2, count=10000, interval=0.002s)"
     assert o.status is Status.OK, result.report()
     assert o.value == 3
 
@@ -154,10 +196,11 @@ def test_signal_storm_delivers_signals_that_interrupt_blocking_calls():
             time.sleep(0.01)  # a blocking call for the signals to interrupt
         return len(hits)
 
-    plan = FaultPlan().at(0, "storm", SignalStorm(count=50, interval=0.001))
+    # Long enough that signals still arrive after the observer is installed, however late.
+    plan = FaultPlan().at(0, "storm", SignalStorm(count=10_000, interval=0.001))
     o = run_ranks(target, 1, timeout=T, faults=plan).outcomes[0]
     rec = o.faults[0]
-    assert rec.action.startswith("SignalStorm(SIGUSR2, count=50")
+    assert rec.action.startswith("SignalStorm(SIGUSR2, count=10000")
     assert o.status is Status.OK, o.stderr
     assert o.value >= 5
 
