@@ -47,7 +47,15 @@ def signal_name(signum: int | None) -> str | None:
     try:
         return _signal.Signals(signum).name
     except ValueError:
-        return f"signal {signum}"
+        pass
+    # Real-time signals have no enum member between SIGRTMIN and SIGRTMAX; name them
+    # the way kill -l and strsignal do, so "signal 36" never hides "SIGRTMIN+2".
+    low, high = int(_signal.SIGRTMIN), int(_signal.SIGRTMAX)
+    if low < signum < high:
+        if signum - low <= (high - low) // 2:
+            return f"SIGRTMIN+{signum - low}"
+        return f"SIGRTMAX-{high - signum}"
+    return f"signal {signum}"
 
 
 @dataclass(frozen=True)

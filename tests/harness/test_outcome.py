@@ -102,3 +102,19 @@ def test_status_and_signal_names():
     assert signal_name(None) is None
     assert signal_name(999) == "signal 999"
     assert Status.TIMED_OUT.value == "timed out"
+
+
+def test_real_time_signals_are_named_like_kill_l():
+    """No enum member exists between SIGRTMIN and SIGRTMAX: they used to read
+    "signal 36", and ``Kill(SIGRTMIN+2).describe()`` raised inside the rank."""
+    import signal
+
+    from tpbcast.harness import Kill, SignalStorm
+    from tpbcast.harness._outcome import signal_name
+
+    low, high = int(signal.SIGRTMIN), int(signal.SIGRTMAX)
+    assert signal_name(low) == "SIGRTMIN" and signal_name(high) == "SIGRTMAX"
+    assert signal_name(low + 2) == "SIGRTMIN+2"
+    assert signal_name(high - 1) == "SIGRTMAX-1"
+    assert Kill(low + 2).describe() == "Kill(SIGRTMIN+2)"
+    assert SignalStorm(high - 1).describe().startswith("SignalStorm(SIGRTMAX-1,")
