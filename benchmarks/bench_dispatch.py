@@ -59,10 +59,9 @@ def _rank_main(
 ) -> dict[str, Any]:
     import torch
 
+    from tpbcast.reference_impl import CpuBroadcastDispatcher, TorchDistributedEngine, bootstrap
     from tpbcast.reference_impl._broadcaster import CpuTpBroadcaster
     from tpbcast.reference_impl._config import BroadcasterConfig
-    from tpbcast.reference_impl._dispatch import CpuBroadcastDispatcher, bootstrap
-    from tpbcast.reference_impl._engines import TorchDistributedEngine
 
     torch.set_num_threads(1)
     engine = TorchDistributedEngine.create(rank, tp, workdir, timeout=60.0)

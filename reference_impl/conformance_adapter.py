@@ -116,7 +116,7 @@ class ReferenceAdapter:
 
         Imported lazily: the dispatch layer brings torch.distributed with it.
         """
-        from ._dispatch import make_dispatch_adapter
+        from ._dispatch_adapter import make_dispatch_adapter
 
         # UdsBroadcaster declares initialize(..., **kwargs); ours is keyword-only
         # `config=`, which is what the dispatcher passes.

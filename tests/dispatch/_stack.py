@@ -10,10 +10,13 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from tpbcast.reference_impl._broadcaster import CpuTpBroadcaster
-from tpbcast.reference_impl._config import BroadcasterConfig
-from tpbcast.reference_impl._dispatch import CpuBroadcastDispatcher
-from tpbcast.reference_impl._engines import EngineRecorder, TorchDistributedEngine
+from tpbcast.reference_impl import (
+    BroadcasterConfig,
+    CpuBroadcastDispatcher,
+    CpuTpBroadcaster,
+    EngineRecorder,
+    TorchDistributedEngine,
+)
 
 from ._forkrun import RankContext
 

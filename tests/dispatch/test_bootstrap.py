@@ -7,14 +7,17 @@ import warnings
 
 import pytest
 
-from tpbcast.reference_impl._dispatch import (
+from tpbcast.reference_impl import (
+    BootstrapConsensusError,
     BootstrapFallbackWarning,
+    ConfigurationError,
     CpuBroadcastDispatcher,
+    CpuTpBroadcaster,
     DispatchPath,
+    NotInitializedError,
     bootstrap,
     is_uds_eligible,
 )
-from tpbcast.reference_impl._errors import ConfigurationError, NotInitializedError
 
 from . import _stack
 from ._forkrun import RankContext, run_forked, values
@@ -121,8 +124,6 @@ class _FaultAfterHandshake:
 
 
 def _late_fault_rank(ctx: RankContext) -> dict[str, object]:
-    from tpbcast.reference_impl._broadcaster import CpuTpBroadcaster
-
     real = CpuTpBroadcaster(_stack.FAST)
     faulty = _FaultAfterHandshake(real)
     bcast = faulty if ctx.rank == FAILING_RANK else real
@@ -180,9 +181,6 @@ DEATH_CODE = 7
 
 
 def _death_rank(ctx: RankContext) -> dict[str, object]:
-    from tpbcast.reference_impl._broadcaster import CpuTpBroadcaster
-    from tpbcast.reference_impl._dispatch import BootstrapConsensusError
-
     real = CpuTpBroadcaster(_stack.FAST)
     bcast = _DieAfterHandshake(real) if ctx.rank == FAILING_RANK else real
     stack = _stack.make_stack(ctx)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tpbcast.reference_impl._dispatch import (
+from tpbcast.reference_impl import (
+    BroadcastError,
+    ConfigurationError,
+    CpuBroadcastDispatcher,
     DispatchPath,
     ParallelMode,
     UnsupportedDeviceError,
@@ -12,7 +15,6 @@ from tpbcast.reference_impl._dispatch import (
     UnsupportedRootError,
     bootstrap,
 )
-from tpbcast.reference_impl._errors import BroadcastError, ConfigurationError
 
 from . import _stack
 from ._forkrun import RankContext, run_forked, values
@@ -185,8 +187,6 @@ class _NoEngine:
 
 
 def _dispatcher():
-    from tpbcast.reference_impl._dispatch import CpuBroadcastDispatcher
-
     return CpuBroadcastDispatcher(_NoBroadcaster(), _NoEngine(), rank=3)
 
 

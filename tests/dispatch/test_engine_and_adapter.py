@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tpbcast.reference_impl._dispatch import make_dispatch_adapter
-from tpbcast.reference_impl._engines import (
+from tpbcast.reference_impl import (
     CollectiveEngine,
+    ConfigurationError,
+    CpuTpBroadcaster,
     EngineRecorder,
     TorchDistributedEngine,
+    make_dispatch_adapter,
 )
-from tpbcast.reference_impl._errors import ConfigurationError
 
 from . import _stack
 from ._forkrun import RankContext, run_forked, values
@@ -84,8 +85,6 @@ def test_engine_device_names_are_checked():
 
 
 def _adapter_rank(ctx: RankContext) -> dict[str, object]:
-    from tpbcast.reference_impl._broadcaster import CpuTpBroadcaster
-
     adapter = make_dispatch_adapter(
         CpuTpBroadcaster(), rank=ctx.rank, world_size=ctx.world_size, workdir=ctx.workdir
     )

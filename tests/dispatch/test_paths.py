@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpbcast.reference_impl._dispatch import DispatchPath, bootstrap
+from tpbcast.reference_impl import DispatchPath, bootstrap
 
 from . import _stack
 from ._forkrun import RankContext, run_forked, values

@@ -1,0 +1,153 @@
+"""The conformance hook of the fallback dispatch (adapter capability ``dispatch``).
+
+One :class:`DispatchAdapter` per forked rank: a fresh gloo group per bootstrap,
+plain types at the boundary, so a suite that never imports
+``tpbcast.reference_impl`` can drive the dispatcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ._config import BroadcasterConfig
+from ._dispatch import CpuBroadcastDispatcher, DispatchPath, ParallelMode, UdsBroadcaster
+from ._dispatch_bootstrap import BootstrapDecision, bootstrap
+from ._engines import EngineRecorder
+from ._errors import NotInitializedError
+
+__all__ = ["DispatchAdapter", "make_dispatch_adapter"]
+
+
+class DispatchAdapter:
+    """The duck-typed ``dispatch`` capability for the conformance suite.
+
+    One per rank, inside a forked rank.  Plain types only at this boundary (mode
+    as ``"tp"``/``"dp"`` or a :class:`ParallelMode`, paths as strings, events as
+    tuples), so a suite that never imports ``tpbcast.reference_impl`` can drive
+    it.  Each :meth:`bootstrap` creates a fresh gloo process group over a
+    ``FileStore`` in ``workdir`` (a new store file per incarnation) and runs
+    :func:`bootstrap`; :meth:`teardown` resets the broadcaster and destroys it.
+    """
+
+    def __init__(
+        self,
+        broadcaster: UdsBroadcaster,
+        *,
+        rank: int,
+        world_size: int,
+        workdir: str,
+        group_timeout: float = 10.0,
+        connect: float | None = None,
+        init: float | None = None,
+        io: float | None = None,
+    ) -> None:
+        self._broadcaster = broadcaster
+        self.rank = rank
+        self.world_size = world_size
+        self._workdir = workdir
+        self._group_timeout = group_timeout
+        quarter = group_timeout / 4
+        self._config = BroadcasterConfig(
+            connect_timeout=connect if connect is not None else quarter,
+            init_timeout=init if init is not None else quarter,
+            io_timeout=io if io is not None else group_timeout,
+        )
+        self._recorder = EngineRecorder()
+        self._dispatcher: CpuBroadcastDispatcher | None = None
+        self._incarnation = 0
+
+    def bootstrap(self, *, local_world_size: int, base_path: str) -> BootstrapDecision:
+        """Create the process group, then run the bootstrap policy (all ranks call it)."""
+        from ._engines import TorchDistributedEngine
+
+        if self._dispatcher is not None:
+            self.teardown()
+        self._incarnation += 1
+        engine = TorchDistributedEngine.create(
+            self.rank,
+            self.world_size,
+            self._workdir,
+            store_name=f"dispatch{self._incarnation}.store",
+            timeout=self._group_timeout,
+        )
+        self._dispatcher = CpuBroadcastDispatcher(
+            self._broadcaster, engine, recorder=self._recorder, rank=self.rank
+        )
+        try:
+            return bootstrap(
+                self._dispatcher,
+                tp_rank=self.rank,
+                tp_size=self.world_size,
+                local_world_size=local_world_size,
+                base_path=base_path,
+                config=self._config,
+            )
+        except BaseException:
+            self.teardown()
+            raise
+
+    def broadcast_cpu(self, buffers: Sequence[Any], root: int = 0, mode: Any = "tp") -> str:
+        """``broadcast_cpu`` of the current dispatcher; returns the path as a string."""
+        if self._dispatcher is None:
+            raise NotInitializedError(
+                "call bootstrap() before broadcast_cpu()", rank=self.rank, phase="dispatch"
+            )
+        return self._dispatcher.broadcast_cpu(buffers, root, _parse_mode(mode)).value
+
+    @property
+    def path(self) -> str:
+        """``"uds"`` or ``"collective"``: where a non-empty call would go now."""
+        return self._dispatcher.path.value if self._dispatcher else DispatchPath.COLLECTIVE.value
+
+    def calls(self) -> tuple[tuple[Any, ...], ...]:
+        """Recorded events since the last :meth:`clear_calls`, in order."""
+        return self._recorder.events
+
+    def clear_calls(self) -> None:
+        self._recorder.clear()
+
+    def teardown(self) -> None:
+        """Reset the broadcaster and destroy the process group; idempotent."""
+        dispatcher, self._dispatcher = self._dispatcher, None
+        if dispatcher is not None:
+            dispatcher.teardown()
+        else:
+            self._broadcaster.reset()
+
+
+def _parse_mode(mode: Any) -> Any:
+    """``"tp"``/``"TP"`` -> ``ParallelMode.TP``; unknown text is passed on (and refused)."""
+    if isinstance(mode, str):
+        for member in ParallelMode:
+            if mode.lower() in (member.value, member.name.lower()):
+                return member
+    return mode
+
+
+def make_dispatch_adapter(
+    broadcaster: UdsBroadcaster,
+    *,
+    rank: int,
+    world_size: int,
+    workdir: str,
+    group_timeout: float = 10.0,
+    connect: float | None = None,
+    init: float | None = None,
+    io: float | None = None,
+) -> DispatchAdapter:
+    """Build the ``dispatch`` capability object for ``broadcaster`` on one rank.
+
+    ``connect``/``init`` default to a quarter of ``group_timeout`` each, so the
+    bootstrap budget always fits inside the group's collective deadline.
+    """
+    return DispatchAdapter(
+        broadcaster,
+        rank=rank,
+        world_size=world_size,
+        workdir=workdir,
+        group_timeout=group_timeout,
+        connect=connect,
+        init=init,
+        io=io,
+    )
