@@ -151,10 +151,19 @@ def _check_deadline_budget(target: Any, config: Any, tp_rank: int) -> None:
         )
 
 
-def _agree(status: int, detail: object, group: Any, tp_rank: int, step: str) -> Any:
+def _agree(
+    broadcaster: Any, status: int, detail: object, *, group: Any, tp_rank: int, step: str
+) -> Any:
+    """All-gather ``(status, detail)``; if the collective itself fails, reset first.
+
+    A broadcaster that is up (this bootstrap's, or one left up by an earlier
+    bootstrap) must not outlive a failed agreement: no rank may stay on UDS
+    while the group cannot agree.
+    """
     try:
         return all_gather_status(status, detail, group)
     except Exception as exc:
+        broadcaster.reset()
         raise BootstrapConsensusError(
             f"consensus collective ({step}) failed: {_describe(exc)}",
             rank=tp_rank,
@@ -231,7 +240,12 @@ def bootstrap(
         )
     layout_note = f"tp_size {tp_size} > local_world_size {local_world_size} (TP spans nodes)"
     views = _agree(
-        STATUS_OK if eligible else STATUS_INELIGIBLE, layout_note, group, tp_rank, "layout"
+        broadcaster,
+        STATUS_OK if eligible else STATUS_INELIGIBLE,
+        layout_note,
+        group=group,
+        tp_rank=tp_rank,
+        step="layout",
     )
     ineligible = tuple(rank for rank, (code, _) in enumerate(views) if code != STATUS_OK)
     if len(ineligible) == tp_size:
@@ -266,11 +280,8 @@ def bootstrap(
     except Exception as exc:
         local_error = _describe(exc)
     mine = (local_error or "", time.monotonic() - init_started)
-    try:
-        outcomes = _agree(STATUS_FAILED if local_error else STATUS_OK, mine, group, tp_rank, "init")
-    except BootstrapConsensusError:
-        broadcaster.reset()
-        raise
+    status = STATUS_FAILED if local_error else STATUS_OK
+    outcomes = _agree(broadcaster, status, mine, group=group, tp_rank=tp_rank, step="init")
     failed = tuple(rank for rank, (code, _) in enumerate(outcomes) if code != STATUS_OK)
     if not failed:
         return decide(

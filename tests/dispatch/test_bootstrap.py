@@ -214,6 +214,54 @@ def test_rank_death_during_consensus_leaves_no_rank_on_uds():
         assert res["initialized"] is False, f"rank {rank} left on UDS"
 
 
+def _death_before_rebootstrap_rank(ctx: RankContext) -> dict[str, object]:
+    stack = _stack.make_stack(ctx)
+    try:
+        first = bootstrap(
+            stack.dispatcher,
+            tp_rank=ctx.rank,
+            tp_size=ctx.world_size,
+            local_world_size=ctx.world_size,
+            base_path=ctx.base_path,
+            config=_stack.FAST,
+        )
+        if ctx.rank == FAILING_RANK:
+            os._exit(DEATH_CODE if first.uses_uds else DEATH_CODE + 1)
+        up_before = stack.broadcaster.is_initialized()
+        try:  # bootstrap again without teardown: the layout consensus meets a dead rank
+            bootstrap(
+                stack.dispatcher,
+                tp_rank=ctx.rank,
+                tp_size=ctx.world_size,
+                local_world_size=ctx.world_size,
+                base_path=ctx.base_path,
+                config=_stack.FAST,
+            )
+        except BootstrapConsensusError as exc:
+            error = str(exc)
+        else:
+            error = None
+        return {
+            "up_before": up_before,
+            "error": error,
+            "up_after": stack.broadcaster.is_initialized(),
+        }
+    finally:
+        stack.dispatcher.teardown()
+
+
+def test_failed_layout_consensus_takes_down_a_broadcaster_left_up():
+    results = run_forked(_death_before_rebootstrap_rank, 3, timeout=60)
+    dead = results[FAILING_RANK]
+    # the fault happened: rank 2 left after a first bootstrap that brought UDS up
+    assert (dead.status, dead.exit_code) == ("exited", DEATH_CODE), dead.describe()
+    for rank in (0, 1):
+        res = values([results[rank]])[0]
+        assert res["up_before"] is True
+        assert res["error"] is not None and "consensus collective (layout) failed" in res["error"]
+        assert res["up_after"] is False, f"rank {rank} left on UDS after a failed consensus"
+
+
 def _layout_disagreement_rank(ctx: RankContext) -> dict[str, object]:
     stack = _stack.make_stack(ctx)
     lws = 2 if ctx.rank == FAILING_RANK else ctx.world_size  # rank 2 thinks TP spans nodes
