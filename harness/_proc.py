@@ -2,8 +2,9 @@
 
 Kept apart so each caller stays readable: ``prctl`` through ctypes (Python has no binding),
 coverage saving before ``os._exit`` (coverage only saves from atexit, which ``os._exit``
-skips: coverage.py issue #310), the fd snapshot for leak checks, and "is anything of ours
-still alive" probes that cost one syscall each.
+skips: coverage.py issue #310), the fd snapshot for leak checks, "is anything of ours
+still alive" probes that cost one syscall each, and the guard that keeps Python signal
+handlers from raising between a fork and the bookkeeping of the child's pid.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ import errno
 import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from functools import cache
+from types import FrameType, TracebackType
 from typing import Any
 
 __all__ = [
     "PR_SET_PDEATHSIG_KILL",
+    "DeferredSignals",
     "describe_fd",
     "devnull_fd",
     "group_alive",
@@ -146,3 +151,61 @@ def list_group_members(pgids: set[int]) -> list[int]:
         if len(fields) > 2 and int(fields[2]) in pgids and fields[0] not in (b"Z", b"X"):
             members.append(int(name))
     return sorted(members)
+
+
+# Signals whose Python handlers raise into the main thread in practice: Ctrl-C
+# (KeyboardInterrupt), pytest-timeout's SIGALRM method (pytest.fail), a SIGTERM handler.
+_DEFERRABLE = (signal.SIGINT, signal.SIGALRM, signal.SIGTERM)
+_Handler = Callable[[int, FrameType | None], Any]
+
+
+class DeferredSignals:
+    """Hold back Python signal handlers for a critical section, then run them.
+
+    A handler that raises (``KeyboardInterrupt``) right after ``os.fork()`` returned, but
+    before the pid was recorded, would leave a rank nobody kills or reaps: it keeps running
+    until pytest itself exits (PDEATHSIG fires only then). Inside the ``with`` block the
+    handlers of :data:`_DEFERRABLE` only note the signal; on exit the originals are put
+    back and each noted signal is handed to its handler, which may raise then, when every
+    rank is known. Only the main thread runs Python handlers, so elsewhere this is a no-op.
+
+    Forked children inherit the deferring handler: it forwards at once in any process but
+    the owner, and ranks reinstall :attr:`originals` first thing.
+    """
+
+    def __init__(self) -> None:
+        self._owner = os.getpid()
+        self.originals: tuple[tuple[int, _Handler], ...] = ()
+        self._pending: list[tuple[int, FrameType | None]] = []
+
+    def __enter__(self) -> DeferredSignals:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        saved = []
+        for sig in _DEFERRABLE:
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                saved.append((int(sig), handler))
+                signal.signal(sig, self._defer)
+        self.originals = tuple(saved)
+        return self
+
+    def _defer(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._owner:  # a child forked inside the section
+            dict(self.originals)[signum](signum, frame)
+            return
+        self._pending.append((signum, frame))
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        handlers = dict(self.originals)
+        for sig, handler in self.originals:
+            signal.signal(sig, handler)
+        self.originals = ()
+        pending, self._pending = self._pending, []
+        for signum, frame in pending:
+            handlers[signum](signum, frame)  # may raise: the section is complete now

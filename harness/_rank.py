@@ -55,6 +55,7 @@ class RankSpec:
     start: float
     deadline: float
     timeout: float
+    restore_handlers: tuple[tuple[int, object], ...]  # the parent's, undoing its deferral
     reset_signals: tuple[int, ...]
     reset_wakeup_fd: bool
     single_torch: bool
@@ -151,8 +152,11 @@ def _run(
     set_pdeathsig(PR_SET_PDEATHSIG_KILL)
     if os.getppid() != spec.parent_pid:
         return EXIT_ORPHANED
-    # 3. Signals: the parent (pytest, a plugin) may have handlers of its own; the runner
-    #    computed which ones to reset before fork (SIGPIPE back to SIG_DFL by default).
+    # 3. Signals: the parent forked with its handlers deferred (see DeferredSignals): put
+    #    its own back. The parent (pytest, a plugin) may have handlers of its own; the
+    #    runner computed which ones to reset before fork (SIGPIPE back to SIG_DFL by default).
+    for sig, handler in spec.restore_handlers:
+        _signal.signal(sig, handler)
     for sig in spec.reset_signals:
         # _signal, not signal: the public wrapper converts results to enums, which
         # touches (copy-on-write faults) dozens of pages in a fresh fork.

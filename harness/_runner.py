@@ -32,7 +32,7 @@ from ._faults import FaultPlan
 from ._forksafety import check_fork_safety, ranks_need_single_torch
 from ._mesh import Mesh
 from ._outcome import GroupResult
-from ._proc import group_alive, killpg_quiet, list_group_members, preload
+from ._proc import DeferredSignals, group_alive, killpg_quiet, list_group_members, preload
 from ._rank import RankSpec, rank_main
 from ._reaper import Reaper
 from ._verdict import RankState, failed, judge
@@ -166,7 +166,7 @@ def run_ranks(
     group_seed = _resolve_seed(seed, faults)
     reset_signals, reset_wakeup = _signals_to_reset(sigpipe)
     single_torch = ranks_need_single_torch()
-    wd = Workdir.open(workdir)
+    wd: Workdir | None = None
     mesh: Mesh | None = None
     ranks: list[RankState] = []
     reaper = Reaper()
@@ -174,40 +174,49 @@ def run_ranks(
     completed = False
     capture: list[tuple[int, int, int, int]] = []
     try:
-        mesh = Mesh.create(world_size)
-        capture = wd.open_capture(world_size)
-        for stream in (sys.stdout, sys.stderr):  # or the ranks would print it again
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                stream.flush()
-        start = time.monotonic()
-        deadline = start + timeout
-        parent = os.getpid()
-        specs = [
-            RankSpec(
-                rank=r,
-                world_size=world_size,
-                parent_pid=parent,
-                workdir=wd.path,
-                capture=capture[r],
-                seed=group_seed,
-                start=start,
-                deadline=deadline,
-                timeout=timeout,
-                reset_signals=reset_signals,
-                reset_wakeup_fd=reset_wakeup,
-                single_torch=single_torch,
-                close_fds=(
-                    *mesh.not_for(r),
-                    *(fd for j, fds in enumerate(capture) if j != r for fd in fds),
-                ),
-                check_fds=check_fds,
-                faults=faults.for_rank(r) if faults is not None else {},
-            )
-            for r in range(world_size)
-        ]
-        _fork_all(specs, ranks, reaper, mesh, target=target, args=args)
-        mesh.parent_after_fork()
-        _close_capture(capture)
+        # From the first resource to the last recorded pid, a Ctrl-C (or pytest-timeout's
+        # SIGALRM) must not raise: it waits until every rank is known (see DeferredSignals).
+        with DeferredSignals() as deferred:
+            wd = Workdir.open(workdir)
+            mesh = Mesh.create(world_size)
+            capture = wd.open_capture(world_size)
+            for stream in (sys.stdout, sys.stderr):  # or the ranks would print it again
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    stream.flush()
+            start = time.monotonic()
+            deadline = start + timeout
+            parent = os.getpid()
+            specs = [
+                RankSpec(
+                    rank=r,
+                    world_size=world_size,
+                    parent_pid=parent,
+                    workdir=wd.path,
+                    capture=capture[r],
+                    seed=group_seed,
+                    start=start,
+                    deadline=deadline,
+                    timeout=timeout,
+                    restore_handlers=tuple(
+                        (sig, handler)
+                        for sig, handler in deferred.originals
+                        if sig not in reset_signals
+                    ),
+                    reset_signals=reset_signals,
+                    reset_wakeup_fd=reset_wakeup,
+                    single_torch=single_torch,
+                    close_fds=(
+                        *mesh.not_for(r),
+                        *(fd for j, fds in enumerate(capture) if j != r for fd in fds),
+                    ),
+                    check_fds=check_fds,
+                    faults=faults.for_rank(r) if faults is not None else {},
+                )
+                for r in range(world_size)
+            ]
+            _fork_all(specs, ranks, reaper, mesh, target=target, args=args)
+            mesh.parent_after_fork()
+            _close_capture(capture)
         failure_order = _supervise(
             ranks,
             reaper,
@@ -220,14 +229,17 @@ def run_ranks(
         )
         completed = True
     finally:
-        _kill_and_reap(ranks, reaper)
-        reaper.close()
-        if mesh is not None:
-            mesh.parent_close()
-        _close_capture(capture)
-        if not completed:  # interrupted (KeyboardInterrupt, a bug): leave nothing behind
-            _survivors(ranks)
-            wd.remove(clean=False)
+        with DeferredSignals():  # a second Ctrl-C must not cut the cleanup short
+            _kill_and_reap(ranks, reaper)
+            reaper.close()
+            if mesh is not None:
+                mesh.parent_close()
+            _close_capture(capture)
+            if not completed:  # interrupted (KeyboardInterrupt, a bug): leave nothing behind
+                _survivors(ranks)
+                if wd is not None:
+                    wd.remove(clean=False)
+    assert wd is not None  # completed: the section above opened it
     survivors = _survivors(ranks)
     outcomes = tuple(judge(r, wd) for r in ranks)
     leftovers = wd.leftovers()

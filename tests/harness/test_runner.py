@@ -409,3 +409,41 @@ def test_huge_output_keeps_its_tail():
     assert o.stdout.startswith("[... first ")
     assert o.stdout.endswith("last line\n")
     assert len(o.stdout) < (9 << 20)
+
+
+def waits_forever(ctx):
+    ctx.wait("never_notified")  # bounded by the group deadline
+
+
+def test_an_interrupt_right_after_a_fork_still_kills_and_reaps_that_rank(monkeypatch):
+    """Ctrl-C (or pytest-timeout's SIGALRM) landing between ``os.fork()`` and the
+    bookkeeping of the pid used to lose the rank: nobody killed or reaped it."""
+    from tpbcast.harness import _runner
+
+    forked: list[int] = []
+    real_fork = _runner._fork
+
+    def fork_then_interrupt(*args, **kwargs):
+        pid = real_fork(*args, **kwargs)
+        forked.append(pid)
+        os.kill(os.getpid(), signal.SIGINT)  # the handler would run right here
+        return pid
+
+    monkeypatch.setattr(_runner, "_fork", fork_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_ranks(waits_forever, 2, timeout=T)
+    # 1. The interrupt hit after the forks (the fault happened)...
+    assert len(forked) == 2
+    # 2. ...and every forked rank was killed and reaped before it propagated.
+    for pid in forked:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def test_ranks_get_the_parents_handlers_back_not_the_deferral():
+    def target(ctx):
+        return signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert run_ranks(target, 1, timeout=T).outcomes[0].value is True
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
