@@ -112,6 +112,26 @@ def _live_listener_paths() -> frozenset[bytes]:
     return frozenset(found)
 
 
+def _has_live_listener(path: str) -> bool:
+    """Whether a listening socket is bound at ``path`` (by any process).
+
+    /proc/net/unix shows a name as it was bound: a listener that bound a
+    relative name shows it relative to ITS cwd, which we cannot know; a
+    relative entry whose components end our absolute path counts as live
+    (refusing is the safe side: the caller is told to pick another session).
+    """
+    wanted = os.fsencode(os.path.abspath(path))
+    for entry in _live_listener_paths():
+        if entry == wanted:
+            return True
+        if entry.startswith((b"/", b"@")):
+            continue
+        tail = [part for part in os.path.normpath(entry).split(b"/") if part not in (b"..", b".")]
+        if tail and wanted.endswith(b"/" + b"/".join(tail)):
+            return True
+    return False
+
+
 def prepare_socket_path(path: str) -> None:
     """Make ``path`` free for ``bind``: remove a stale socket, refuse anything else.
 
@@ -127,7 +147,7 @@ def prepare_socket_path(path: str) -> None:
             f"{_FIX}: remove it or choose another base path.",
             path=path,
         )
-    if os.fsencode(os.path.abspath(path)) in _live_listener_paths():
+    if _has_live_listener(path):
         raise SecurityError(
             "another process is listening on this socket path (a second group with the same "
             "base path?); refusing to take it over. Give each group its own session id "

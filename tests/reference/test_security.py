@@ -155,6 +155,37 @@ def test_live_listener_is_not_taken_over(base_path: str) -> None:
         other.close()
 
 
+def test_live_listener_bound_by_a_relative_name_is_not_taken_over(base_path: str) -> None:
+    """/proc/net/unix shows a relative bind as given; it still counts as live."""
+    listening = Event()
+    done = Event()
+
+    def other_group() -> str:
+        os.chdir(os.path.dirname(base_path))
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        name = os.path.basename(base_path) + "_0.sock"
+        sock.bind(name)  # relative: /proc/net/unix lists "g_0.sock"
+        sock.listen(1)
+        with open("/proc/net/unix", "rb") as fh:
+            listed = name.encode() in fh.read().split()
+        listening.notify()
+        done.wait()
+        sock.close()
+        return "listed" if listed else "not listed"
+
+    def intruder() -> BaseException:
+        listening.wait()
+        try:
+            return _init_root_alone(base_path)
+        finally:
+            done.notify()
+
+    listed, err = values(fork_all([other_group, intruder]))
+    assert listed == "listed"  # the fault: a live listener known only by a relative name
+    assert isinstance(err, SecurityError), err
+    assert "another process is listening" in str(err)
+
+
 def _dir_for_length(short_dir: str, total: int) -> str:
     """A base path whose socket path is exactly ``total`` bytes."""
     prefix = os.path.join(short_dir, "d")
