@@ -125,11 +125,7 @@ def build_pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[st
     if workers is None:
         workers = "auto" if _have_xdist() else "0"
     if _have_xdist():
-        # loadgroup keeps a module's xdist_group (one expensive shared group run, e.g.
-        # FALLBACK's torch process groups) on one worker instead of repeating it.
         argv += ["-n", str(workers)]
-        if str(workers) != "0":
-            argv += ["--dist", "loadgroup"]
     argv += list(extra)
     return argv
 

@@ -21,11 +21,17 @@ What it does, in hook order:
    status from ``_results.exit_status``: non-zero iff a MUST clause fails (FAIL or
    ERROR).  pytest's own "some test failed" status is replaced, so a failing SHOULD
    test does not fail CI; interrupted runs and usage errors keep their status.
+5. Gives the run one private directory shared by all its xdist workers
+   (``tpbcast_run_shared_dir``), so an expensive observation (FALLBACK's torch process
+   groups) is made once per run, not once per worker; removed at the end.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +59,8 @@ __all__ = [
 ]
 
 REPORT_DIR_DEFAULT: Final = "reports/conformance"
+SHARED_DIR_ENV: Final = "TPBCAST_CONFORMANCE_SHARED_DIR"
+"""A private directory of one run, shared by its xdist workers (they inherit the env)."""
 REGISTRY_ITEM: Final = "tpbcast-clause-registry"
 _RESULTS_PLUGIN: Final = "tpbcast-conformance-results"
 
@@ -73,6 +81,7 @@ _SELECTED_KEY: Final = pytest.StashKey[tuple[str, ...] | None]()
 _CLAUSES_KEY: Final = pytest.StashKey[tuple[str, ...]]()
 _PHASES_KEY: Final = pytest.StashKey[list[Judgement | None]]()
 _DURATION_KEY: Final = pytest.StashKey[float]()
+_SHARED_KEY: Final = pytest.StashKey[str]()
 
 
 # --------------------------------------------------------------------------- selection
@@ -150,8 +159,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "clause(*ids): the conformance clause ids (e.g. 'WIRE-1') this test judges; "
         "its verdict becomes theirs",
     )
-    # Also registered by pytest-xdist; repeated here so --strict-markers holds without it.
-    config.addinivalue_line("markers", "xdist_group(name): run these tests on one worker")
     spec = load_spec(config.getoption("tpbcast_registry"))
     config.stash[_SPEC_KEY] = spec
     try:
@@ -161,6 +168,29 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SELECTED_KEY] = None if chosen is None else tuple(c.id for c in chosen)
     if not _is_worker(config):
         config.pluginmanager.register(_ResultCollector(config, spec, chosen), _RESULTS_PLUGIN)
+        # Workers are spawned after configure and inherit this: expensive observations
+        # (FALLBACK's torch process groups) are made once per run, not once per worker.
+        shared = tempfile.mkdtemp(prefix="tpbcast-run-")
+        os.environ[SHARED_DIR_ENV] = shared
+        config.stash[_SHARED_KEY] = shared
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's shared directory (controller only)."""
+    shared = config.stash.get(_SHARED_KEY, None)
+    if shared is not None:
+        shutil.rmtree(shared, ignore_errors=True)
+        if os.environ.get(SHARED_DIR_ENV) == shared:
+            del os.environ[SHARED_DIR_ENV]
+
+
+@pytest.fixture(scope="session")
+def tpbcast_run_shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory shared by every worker of this conformance run (see ``SHARED_DIR_ENV``)."""
+    shared = os.environ.get(SHARED_DIR_ENV)
+    if shared and Path(shared).is_dir():
+        return Path(shared)
+    return tmp_path_factory.mktemp("tpbcast-shared")
 
 
 # --------------------------------------------------------------------------- collection

@@ -390,3 +390,39 @@ def mentions(raised: Raised, token: object) -> bool:
     """
     text = _PATH_RE.sub(" ", raised.message)
     return re.search(rf"(?<![\w.-]){re.escape(str(token))}(?![\w])", text) is not None
+
+
+def once_per_run(shared_dir: Any, name: str, compute: Callable[[], Any], timeout: float) -> Any:
+    """``compute()`` once per conformance run, whichever xdist worker asks first.
+
+    The first caller takes an exclusive lock on ``<shared_dir>/<name>.lock``, computes and
+    pickles the value; the others wait (up to ``timeout`` s) and unpickle it.  A failed
+    computation is not cached: the next caller retries and fails on its own.
+    """
+    import fcntl
+    import pickle
+
+    base = os.path.join(str(shared_dir), name)
+    deadline = time.monotonic() + timeout
+    with open(base + ".lock", "a+b") as lock:
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"{name}: another worker held the lock for {timeout}s"
+                    ) from None
+                time.sleep(0.05)
+        try:
+            if os.path.exists(base + ".pickle"):
+                with open(base + ".pickle", "rb") as fh:
+                    return pickle.load(fh)
+            value = compute()
+            with open(base + ".tmp", "wb") as fh:
+                pickle.dump(value, fh)
+            os.replace(base + ".tmp", base + ".pickle")
+            return value
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

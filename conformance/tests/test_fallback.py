@@ -9,8 +9,9 @@ n)``, ``("sync_communication",)``, ``("device_sync",)``), ``clear_calls()`` and
 ``teardown()``.
 
 Every dispatch group imports torch in each rank (a real gloo process group), so the
-observations are gathered by ONE group run per module (fixture ``observed``) and each
-clause's test judges its part: a failure of that run is an ERROR of every FALLBACK test.
+observations are gathered by ONE group run per conformance run, shared by the xdist workers
+(fixture ``observed``), and each clause's test judges its part: a failure of that run is an
+ERROR of every FALLBACK test.
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ from tpbcast.conformance.plugin import Unsupported, require
 from tpbcast.harness import run_ranks
 
 from . import _support as s
-
-# One worker runs all of them, so the shared group run (fixture ``observed``) happens once.
-pytestmark = pytest.mark.xdist_group("fallback")
 
 GROUP_TIMEOUT = 10.0
 SIZES = (5, 300, 1)
@@ -121,21 +119,25 @@ def _target(ctx, impl):
     return results
 
 
-@pytest.fixture(scope="module")
-def observed(tpbcast_impl, tpbcast_settings, tpbcast_path_factory):
-    """Run the dispatch scenarios once (world size 2) and return rank 0's and 1's views."""
+@pytest.fixture(scope="session")
+def observed(tpbcast_impl, tpbcast_settings, tpbcast_path_factory, tpbcast_run_shared_dir):
+    """Run the dispatch scenarios once per run (world size 2): rank 0's and 1's views."""
     require(tpbcast_impl, "dispatch")
-    result = run_ranks(
-        _target,
-        2,
-        args=(tpbcast_impl,),
-        timeout=60.0,
-        seed=tpbcast_settings.seed,
-        workdir=str(tpbcast_path_factory.mktemp("fb-")),
-        label="fallback",
-    )
-    result.raise_for_failure()
-    return [o.value for o in result.outcomes], result.seed
+
+    def run():
+        result = run_ranks(
+            _target,
+            2,
+            args=(tpbcast_impl,),
+            timeout=60.0,
+            seed=tpbcast_settings.seed,
+            workdir=str(tpbcast_path_factory.mktemp("fb-")),
+            label="fallback",
+        )
+        result.raise_for_failure()
+        return [o.value for o in result.outcomes], result.seed
+
+    return s.once_per_run(tpbcast_run_shared_dir, "fallback", run, timeout=120.0)
 
 
 def _both(observed, phase):
