@@ -142,7 +142,7 @@ def test_pauses_of_zero_seconds_never_strand_the_rank():
 
 def test_paused_rank_past_the_deadline_is_still_stopped_and_reaped():
     plan = FaultPlan().at(0, "mid", Pause(60))
-    result = run_ranks(paused_and_timed, 1, timeout=0.5, kill_grace=0.3, faults=plan)
+    result = run_ranks(paused_and_timed, 1, timeout=2.0, kill_grace=0.3, faults=plan)
     o = result.outcomes[0]
     assert _only_fault(o).action == "Pause(60s)"
     assert o.status is Status.TIMED_OUT

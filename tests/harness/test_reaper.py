@@ -24,7 +24,7 @@ def quick_or_hang(ctx):
 
 def test_without_pidfd_the_runner_still_judges_and_stops_ranks(monkeypatch):
     monkeypatch.setattr(os, "pidfd_open", _no_pidfd)
-    result = run_ranks(quick_or_hang, 2, timeout=1.0, kill_grace=0.3)
+    result = run_ranks(quick_or_hang, 2, timeout=2.0, kill_grace=0.3)
     assert result.outcomes[0].status is Status.OK
     assert result.outcomes[1].status is Status.TIMED_OUT
     assert "quick_or_hang" in result.outcomes[1].stack_dump
@@ -49,9 +49,15 @@ def test_wait_returns_at_the_deadline_with_nothing(monkeypatch, pidfd):
         assert reaper.wait(time.monotonic() + 0.2) == []
         assert time.monotonic() - t0 >= 0.2
         os.close(w)  # the child may end now
+        w = -1
         done = reaper.wait(time.monotonic() + 30)
         assert [p for p, _ in done] == [pid]
         assert os.WIFEXITED(done[0][1]) and os.WEXITSTATUS(done[0][1]) == 0
         assert reaper.live == set()
     finally:
+        if reaper.live:  # a failed assertion must not leave the child behind
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        if w != -1:
+            os.close(w)
         reaper.close()

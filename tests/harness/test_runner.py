@@ -164,7 +164,7 @@ def ignores_sigterm(ctx):
 
 
 def test_sigterm_ignoring_rank_escalates_to_sigkill():
-    result = run_ranks(ignores_sigterm, 1, timeout=1.0, kill_grace=0.3)
+    result = run_ranks(ignores_sigterm, 1, timeout=2.0, kill_grace=0.3)
     o = result.outcomes[0]
     assert o.status is Status.TIMED_OUT
     assert o.signal_name == "SIGKILL"

@@ -25,7 +25,7 @@ def test_ok_b():
     assert run_ranks(ok, 4, timeout=30).ok
 
 def test_hang_is_stopped():
-    res = run_ranks(hangs, 2, timeout=0.5, kill_grace=0.3)
+    res = run_ranks(hangs, 2, timeout=2.0, kill_grace=0.3)
     assert [o.status for o in res.outcomes] == [Status.TIMED_OUT] * 2
     assert "hangs" in res.outcomes[0].stack_dump
 
