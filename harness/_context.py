@@ -168,7 +168,12 @@ class RankContext:
         while True:
             if self._seen("N", name):
                 return
-            if peers and peers <= self._mesh.ended:
+            if not peers:
+                raise SyncError(
+                    f"rank {self.rank}: wait({name!r}) can never finish: world_size is 1 and "
+                    f"this rank did not notify({name!r}) itself first"
+                )
+            if peers <= self._mesh.ended:
                 self._mesh.pump(0)
                 if self._seen("N", name):
                     return

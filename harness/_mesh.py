@@ -165,13 +165,19 @@ class MeshEnd:
             events = self._poll.poll(max(0, int(timeout * 1000 + 0.999)))
         except InterruptedError:  # pragma: no cover - PEP 475 retries for us
             events = []
+        inbox_closed = False
         for fd, ev in events:
             if fd == self.inbox:
+                # Every writer is gone (all peers ended): nothing more can arrive, and a
+                # hung-up fd left registered would make every later poll return at once.
+                inbox_closed = bool(ev & select.POLLHUP)
                 continue
             if ev & (select.POLLHUP | select.POLLERR):
                 self.ended.add(self._fd_rank[fd])
                 self._poll.unregister(fd)
         self._drain()
+        if inbox_closed:
+            self._poll.unregister(self.inbox)
 
     def _drain(self) -> None:
         while True:

@@ -205,3 +205,26 @@ def test_world_sizes(world_size):
 
     result = run_ranks(target, world_size, timeout=T)
     assert [o.value for o in result.outcomes] == list(range(world_size))
+
+
+def test_wait_alone_in_the_group_fails_at_once():
+    """world_size 1: nobody else can ever notify. (It used to spin on a hung-up inbox
+    until its deadline, burning a core.)"""
+
+    def target(ctx):
+        ctx.notify("mine")
+        ctx.wait("mine")  # its own notify counts
+        t0 = time.process_time()
+        try:
+            ctx.wait("nobody", timeout=T)
+        except Exception as exc:
+            return type(exc).__name__, str(exc), time.process_time() - t0
+        return "returned", "", 0.0
+
+    t0 = time.monotonic()
+    o = run_ranks(target, 1, timeout=T).outcomes[0]
+    assert time.monotonic() - t0 < T / 2
+    kind, message, cpu = o.value
+    assert kind == "SyncError"
+    assert "wait('nobody') can never finish: world_size is 1" in message
+    assert cpu < 1.0
