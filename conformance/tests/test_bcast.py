@@ -430,14 +430,16 @@ def test_concurrent_broadcast_refused_with_a_clear_error(tpbcast_run, tpbcast_im
         bcast = s.make(tpbcast_impl, io=10.0)
         bcast.initialize(1, 2, ctx.base_path)
         started = threading.Event()
-        first = threading.Thread(
-            target=lambda: (started.set(), s.attempt(bcast.broadcast, bytearray(64))),
-            daemon=True,
-        )
+
+        def blocked():
+            started.set()
+            s.attempt(bcast.broadcast, bytearray(64))
+
+        first = threading.Thread(target=blocked, daemon=True)
         first.start()
         started.wait(5)
         time.sleep(0.2)  # the fault: the second call lands while the first is blocked
-        second = {}
+        second: dict[str, object] = {}
         racer = threading.Thread(
             target=lambda: second.setdefault("raised", s.attempt(bcast.broadcast, bytearray(8))),
             daemon=True,

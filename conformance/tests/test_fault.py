@@ -311,7 +311,7 @@ def test_random_crash_schedules(tpbcast_run, tpbcast_impl, schedule):
         if raised is not None:
             return "raised", 0, raised, []
         ctx.point("after_init")
-        got = []
+        got: list[str] = []
         for index, size in enumerate(sizes):
             ctx.point("bcast")
             data = s.payload(ctx.seed, size, ("f9", index))

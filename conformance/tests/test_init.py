@@ -388,7 +388,7 @@ def test_initialize_lets_other_threads_run(tpbcast_run, tpbcast_impl):
         bcast = s.make(tpbcast_impl, connect=10.0, init=10.0)
         if ctx.rank == 0:
             entered = threading.Event()
-            ticks = []
+            ticks: list[float] = []
 
             def ticker():
                 entered.wait(10)
@@ -422,7 +422,7 @@ def test_initialize_lets_other_threads_run(tpbcast_run, tpbcast_impl):
 def test_initialize_on_one_thread_broadcast_on_another(tpbcast_run, tpbcast_impl):
     def target(ctx):
         bcast = s.make(tpbcast_impl)
-        out = {}
+        out: dict[str, object] = {}
 
         def run(name, fn):
             thread = threading.Thread(target=lambda: out.setdefault(name, s.attempt(fn)))

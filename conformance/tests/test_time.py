@@ -351,7 +351,7 @@ def test_signals_do_not_extend_the_deadline(tpbcast_run, tpbcast_impl):
 
     def target(ctx):
         signal.signal(signal.SIGUSR1, lambda *_: None)
-        main = threading.main_thread().ident
+        main = threading.main_thread().ident or 0
         stop = threading.Event()
         sent = []
 
