@@ -127,6 +127,15 @@ def _exc_type_name(exc: BaseException) -> str:
     return cls.__qualname__ if mod in ("builtins", "__main__") else f"{mod}.{cls.__qualname__}"
 
 
+def _exc_message(exc: BaseException) -> str:
+    """``str(exc)``, unless that raises too: the rank must still report the exception
+    (``traceback`` already copes; a plain ``str()`` here lost the whole outcome)."""
+    try:
+        return str(exc)
+    except Exception as err:
+        return f"<str() of the exception failed: {type(err).__name__}: {err}>"
+
+
 def rank_main(
     spec: RankSpec, mesh: Mesh, target: Callable[..., object], args: tuple[object, ...]
 ) -> None:
@@ -216,7 +225,7 @@ def _run(
             "raised",
             {
                 "type": _exc_type_name(exc),
-                "message": str(exc),
+                "message": _exc_message(exc),
                 "traceback": "".join(traceback.format_exception(exc)),
                 "duration": time.monotonic() - started,
             },

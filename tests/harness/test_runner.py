@@ -447,3 +447,20 @@ def test_ranks_get_the_parents_handlers_back_not_the_deferral():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert run_ranks(target, 1, timeout=T).outcomes[0].value is True
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+
+def raises_unprintable(ctx):
+    raise _UnprintableError()
+
+
+def test_an_exception_whose_str_fails_is_still_reported():
+    o = run_ranks(raises_unprintable, 1, timeout=T).outcomes[0]
+    assert o.status is Status.RAISED, o.stderr
+    assert o.exc_type.endswith("_UnprintableError")
+    assert "str() of the exception failed: RuntimeError: no str for you" in o.exc_message
+    assert "raises_unprintable" in o.traceback
