@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from tpbcast.harness import Status
 from tpbcast.reference_impl import (
     BroadcastTimeoutError,
     BrokenBroadcasterError,
@@ -337,7 +338,7 @@ def test_root_dying_mid_broadcast(base_path: str) -> None:
         return main
 
     r0, p1, p2 = fork_all([root, peer(1), peer(2)])
-    assert r0.status == "signaled" and r0.signal == signal.SIGKILL  # the fault happened
+    assert r0.status is Status.SIGNALED and r0.signal == signal.SIGKILL  # the fault happened
     for err in values([p1, p2]):
         assert err.peer == 0 and err.phase == "broadcast"
         assert "read from rank 0 failed" in str(err) and "closed" in str(err)
@@ -371,8 +372,8 @@ def test_sigpipe_at_default_does_not_kill_rank0(base_path: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)  # dies without any teardown
 
     ctl, r0, r1 = fork_all([control, root, peer])
-    assert ctl.status == "signaled" and ctl.signal == signal.SIGPIPE
-    assert r1.status == "signaled" and r1.signal == signal.SIGKILL
+    assert ctl.status is Status.SIGNALED and ctl.signal == signal.SIGPIPE
+    assert r1.status is Status.SIGNALED and r1.signal == signal.SIGKILL
     disposition, err = values([r0])[0]  # rank 0 survived and raised
     assert disposition == signal.SIG_DFL
     assert err.errno_name in {"EPIPE", "ECONNRESET"} and err.peer == 1
