@@ -5,25 +5,13 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
-import signal
 import socket
 import stat
 import struct
-import tempfile
-import time
 
 import pytest
 
 from tpbcast.harness import _environment as env
-
-
-@pytest.fixture
-def short_dir():
-    path = tempfile.mkdtemp(prefix="te", dir="/tmp")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown/setuid)")
 
@@ -150,19 +138,8 @@ def test_privileged_faults_unavailable_when_not_root(short_dir, monkeypatch):
     assert (back.fault, back.reason) == (info.value.fault, info.value.reason)
 
 
-def _reap(pid: int, timeout: float) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        time.sleep(0.01)  # polling a child with a deadline, not synchronisation
-    os.kill(pid, signal.SIGKILL)
-    return os.waitpid(pid, 0)[1]
-
-
 @needs_root
-def test_as_foreign_uid_in_a_forked_rank(short_dir):
+def test_as_foreign_uid_in_a_forked_rank(short_dir, reap_child):
     """The child drops to nobody, then proves the kernel sees it as that uid."""
     os.chmod(short_dir, 0o777)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -191,7 +168,7 @@ def test_as_foreign_uid_in_a_forked_rank(short_dir):
         conn, _ = listener.accept()
         with conn:
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-    status = _reap(pid, 30.0)
+    status = reap_child(pid, 30.0)
     with os.fdopen(read_fd, "rb") as pipe:
         said = json.loads(pipe.read() or b"null")
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

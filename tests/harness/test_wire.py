@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 import signal
 import socket
 import struct
 import sys
-import tempfile
 import threading
 import time
 
@@ -18,13 +16,6 @@ import pytest
 from tpbcast.harness import _wire as w
 
 MARGIN = 5.0  # generous: a 4x oversubscribed 2-core box must not make these flaky
-
-
-@pytest.fixture
-def short_dir():
-    path = tempfile.mkdtemp(prefix="tw", dir="/tmp")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _pair() -> tuple[socket.socket, socket.socket]:
@@ -240,7 +231,7 @@ def test_recv_until_eof_and_limit():
             w.recv_until_eof(b, w.Deadline.after(0.1))
 
 
-def test_send_all_to_closed_peer_is_epipe_not_sigpipe():
+def test_send_all_to_closed_peer_is_epipe_not_sigpipe(reap_child):
     """Runs in a child with SIGPIPE at SIG_DFL: MSG_NOSIGNAL must keep it alive."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -259,7 +250,7 @@ def test_send_all_to_closed_peer_is_epipe_not_sigpipe():
         finally:
             os._exit(code)
     os.close(write_fd)
-    status = _reap(pid, 30.0)
+    status = reap_child(pid, 30.0)
     with os.fdopen(read_fd, "rb") as pipe:
         said = pipe.read()
     assert os.WIFEXITED(status), f"child died by signal {os.WTERMSIG(status)} (SIGPIPE leaked?)"
@@ -268,17 +259,6 @@ def test_send_all_to_closed_peer_is_epipe_not_sigpipe():
     assert (errno_name, how) == ("EPIPE", "closed")
     assert message.startswith("send: closed [EPIPE] after ")
     assert "0 of 100 byte(s) written before the failure" in message
-
-
-def _reap(pid: int, timeout: float) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        time.sleep(0.01)  # polling a child with a deadline, not synchronisation
-    os.kill(pid, signal.SIGKILL)
-    return os.waitpid(pid, 0)[1]
 
 
 def test_send_all_times_out_when_the_reader_stalls():

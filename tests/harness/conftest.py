@@ -1,0 +1,39 @@
+"""Fixtures shared by the harness self-tests (one copy instead of one per test file)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+
+@pytest.fixture
+def short_dir() -> Iterator[str]:
+    """A private directory directly under /tmp: socket paths in it stay far below the
+    107-byte ``sun_path`` limit, which pytest's ``tmp_path`` does not promise."""
+    path = tempfile.mkdtemp(prefix="th", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _reap_child(pid: int, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.01)  # polling a child with a deadline, not synchronisation
+    os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
+
+
+@pytest.fixture
+def reap_child() -> Callable[[int, float], int]:
+    """``reap_child(pid, timeout) -> wait status`` for a child the test forked itself;
+    SIGKILLs it at the deadline, so a hung child never outlives the test."""
+    return _reap_child
