@@ -4,11 +4,42 @@
 with one deadline, and returns a :class:`GroupResult` with one :class:`RankOutcome` per
 rank (status, value or traceback, signal name, fd-level output, stack dump of hung ranks,
 faults fired). See DESIGN.md, "Harness public API".
+
+The façade also carries the layers the conformance suite builds on: the adapter contract
+(``load_implementation``), wire v1 spoken byte by byte (``_wire``), rogue peers and roots
+(``rogue_peer``/``rogue_root``; the ``peer_*``/``root_*`` functions they wrap are exported
+too, for use from a thread or a test) and environment faults (``stale_socket``, ...).
 """
 
 from __future__ import annotations
 
+from ._adapter import (
+    DEFAULT_IMPLEMENTATION,
+    REQUIRED_MEMBERS,
+    AdapterError,
+    Broadcaster,
+    Capability,
+    CapabilityMissing,
+    Implementation,
+    ImplementationLoadError,
+    UnknownCapabilityError,
+    load_implementation,
+    parse_capabilities,
+)
 from ._context import RankContext, SyncError, SyncTimeoutError
+from ._environment import (
+    BufferProof,
+    EnvironmentFaultUnavailable,
+    PathProof,
+    UidProof,
+    as_foreign_uid,
+    foreign_owner_dir,
+    loose_dir,
+    regular_file_at,
+    stale_socket,
+    symlink_at,
+    tiny_socket_buffers,
+)
 from ._faults import (
     Delay,
     Exit,
@@ -23,65 +54,6 @@ from ._faults import (
 )
 from ._forksafety import ForkSafetyError, NativeThread, native_threads
 from ._outcome import FaultRecord, GroupResult, RankGroupFailure, RankOutcome, Status
-from ._runner import SEED_ENV, run_ranks
-from ._workdir import WORKDIR_PREFIX, WORKDIR_ROOT_ENV, release_workdirs
-
-__all__ = [
-    "SEED_ENV",
-    "WORKDIR_PREFIX",
-    "WORKDIR_ROOT_ENV",
-    "Delay",
-    "Exit",
-    "FaultAction",
-    "FaultPlan",
-    "FaultRecord",
-    "ForkSafetyError",
-    "GroupResult",
-    "Kill",
-    "NativeThread",
-    "Pause",
-    "PlannedFault",
-    "Raise",
-    "RankContext",
-    "RankGroupFailure",
-    "RankOutcome",
-    "Segfault",
-    "SignalStorm",
-    "Status",
-    "SyncError",
-    "SyncTimeoutError",
-    "native_threads",
-    "release_workdirs",
-    "run_ranks",
-]
-
-# --- begin: wire / rogue / environment / adapter exports (owned by the other helper) ---
-from ._adapter import (
-    DEFAULT_IMPLEMENTATION,
-    REQUIRED_MEMBERS,
-    AdapterError,
-    Broadcaster,
-    Capability,
-    CapabilityMissing,
-    Implementation,
-    ImplementationLoadError,
-    UnknownCapabilityError,
-    load_implementation,
-    parse_capabilities,
-)
-from ._environment import (
-    BufferProof,
-    EnvironmentFaultUnavailable,
-    PathProof,
-    UidProof,
-    as_foreign_uid,
-    foreign_owner_dir,
-    loose_dir,
-    regular_file_at,
-    stale_socket,
-    symlink_at,
-    tiny_socket_buffers,
-)
 from ._rogue import (
     PEER_BEHAVIOURS,
     ROOT_BEHAVIOURS,
@@ -108,6 +80,7 @@ from ._rogue import (
     root_recording,
     root_wrong_probe,
 )
+from ._runner import SEED_ENV, run_ranks
 from ._wire import (
     PROBE,
     RANK_STRUCT,
@@ -132,14 +105,18 @@ from ._wire import (
     unpack_rank,
     wait_hung_up,
 )
+from ._workdir import WORKDIR_PREFIX, WORKDIR_ROOT_ENV, release_workdirs
 
-__all__ += [
+__all__ = [
     "DEFAULT_IMPLEMENTATION",
     "PEER_BEHAVIOURS",
     "PROBE",
     "RANK_STRUCT",
     "REQUIRED_MEMBERS",
     "ROOT_BEHAVIOURS",
+    "SEED_ENV",
+    "WORKDIR_PREFIX",
+    "WORKDIR_ROOT_ENV",
     "AdapterError",
     "Broadcaster",
     "BufferProof",
@@ -148,16 +125,36 @@ __all__ += [
     "CloseKind",
     "CloseObservation",
     "Deadline",
+    "Delay",
     "EnvironmentFaultUnavailable",
+    "Exit",
+    "FaultAction",
+    "FaultPlan",
+    "FaultRecord",
+    "ForkSafetyError",
+    "GroupResult",
     "Implementation",
     "ImplementationLoadError",
+    "Kill",
     "LinkReport",
+    "NativeThread",
     "PathProof",
+    "Pause",
     "PeerCredentials",
+    "PlannedFault",
+    "Raise",
+    "RankContext",
+    "RankGroupFailure",
+    "RankOutcome",
     "RogueAction",
     "RogueError",
     "RogueReport",
     "RogueTarget",
+    "Segfault",
+    "SignalStorm",
+    "Status",
+    "SyncError",
+    "SyncTimeoutError",
     "UidProof",
     "UnknownCapabilityError",
     "WireClosedError",
@@ -172,6 +169,7 @@ __all__ += [
     "listen",
     "load_implementation",
     "loose_dir",
+    "native_threads",
     "pack_rank",
     "parse_capabilities",
     "peer_absent",
@@ -188,6 +186,7 @@ __all__ += [
     "recv_exact",
     "recv_until_eof",
     "regular_file_at",
+    "release_workdirs",
     "rogue_peer",
     "rogue_root",
     "root_dies_mid_broadcast",
@@ -195,6 +194,7 @@ __all__ += [
     "root_never_probes",
     "root_recording",
     "root_wrong_probe",
+    "run_ranks",
     "send_all",
     "socket_path",
     "stale_socket",
@@ -203,4 +203,3 @@ __all__ += [
     "unpack_rank",
     "wait_hung_up",
 ]
-# --- end: wire / rogue / environment / adapter exports ---
