@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-import tpbcast.harness as harness
+from tpbcast import harness
 
 
 def test_all_names_exist_and_match_the_public_namespace() -> None:
