@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpbcast.reference_impl import (
+    BootstrapDecision,
     BroadcasterConfig,
     CpuBroadcastDispatcher,
     CpuTpBroadcaster,
     EngineRecorder,
     TorchDistributedEngine,
+    bootstrap,
 )
 
 from ._forkrun import RankContext
@@ -44,6 +46,50 @@ def make_stack(
     bcast = broadcaster if broadcaster is not None else CpuTpBroadcaster(FAST)
     dispatcher = CpuBroadcastDispatcher(bcast, engine, recorder=recorder, rank=ctx.rank)
     return Stack(dispatcher, recorder, engine, bcast)
+
+
+def boot(
+    stack: Stack,
+    ctx: RankContext,
+    *,
+    local_world_size: int | None = None,
+    base_path: str | None = None,
+) -> BootstrapDecision:
+    """``bootstrap`` of this rank's dispatcher with the test deadlines (:data:`FAST`).
+
+    ``local_world_size`` defaults to the world size (intra-node: UDS eligible),
+    ``base_path`` to the rank context's.
+    """
+    return bootstrap(
+        stack.dispatcher,
+        tp_rank=ctx.rank,
+        tp_size=ctx.world_size,
+        local_world_size=ctx.world_size if local_world_size is None else local_world_size,
+        base_path=ctx.base_path if base_path is None else base_path,
+        config=FAST,
+    )
+
+
+class UnusedEngine:
+    """A collective engine that fails the test if the dispatcher ever calls it.
+
+    For the pure checks that run in the pytest process (no torch op there).
+    """
+
+    name = "unused"
+    group = None
+
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = timeout
+
+    def broadcast(self, tensors: Any, root: int, group: Any) -> None:
+        raise AssertionError("the engine must not be reached")
+
+    def sync_communication(self) -> None:
+        raise AssertionError("the engine must not be reached")
+
+    def device_sync(self) -> None:
+        raise AssertionError("the engine must not be reached")
 
 
 def socket_file(ctx: RankContext) -> str:

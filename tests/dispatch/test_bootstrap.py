@@ -29,14 +29,7 @@ FAILING_RANK = 2
 def _bootstrap_recording_warnings(stack, ctx, *, local_world_size, base_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        decision = bootstrap(
-            stack.dispatcher,
-            tp_rank=ctx.rank,
-            tp_size=ctx.world_size,
-            local_world_size=local_world_size,
-            base_path=base_path,
-            config=_stack.FAST,
-        )
+        decision = _stack.boot(stack, ctx, local_world_size=local_world_size, base_path=base_path)
     texts = [str(w.message) for w in caught if issubclass(w.category, BootstrapFallbackWarning)]
     return decision, texts
 
@@ -187,14 +180,7 @@ def _death_rank(ctx: RankContext) -> dict[str, object]:
     stack = _stack.make_stack(ctx)
     stack.dispatcher = CpuBroadcastDispatcher(bcast, stack.engine, rank=ctx.rank)
     try:
-        bootstrap(
-            stack.dispatcher,
-            tp_rank=ctx.rank,
-            tp_size=ctx.world_size,
-            local_world_size=ctx.world_size,
-            base_path=ctx.base_path,
-            config=_stack.FAST,
-        )
+        _stack.boot(stack, ctx)
     except BootstrapConsensusError as exc:
         return {"error": str(exc), "initialized": real.is_initialized(), "phase": exc.phase}
     finally:
@@ -218,26 +204,12 @@ def test_rank_death_during_consensus_leaves_no_rank_on_uds():
 def _death_before_rebootstrap_rank(ctx: RankContext) -> dict[str, object]:
     stack = _stack.make_stack(ctx)
     try:
-        first = bootstrap(
-            stack.dispatcher,
-            tp_rank=ctx.rank,
-            tp_size=ctx.world_size,
-            local_world_size=ctx.world_size,
-            base_path=ctx.base_path,
-            config=_stack.FAST,
-        )
+        first = _stack.boot(stack, ctx)
         if ctx.rank == FAILING_RANK:
             os._exit(DEATH_CODE if first.uses_uds else DEATH_CODE + 1)
         up_before = stack.broadcaster.is_initialized()
         try:  # bootstrap again without teardown: the layout consensus meets a dead rank
-            bootstrap(
-                stack.dispatcher,
-                tp_rank=ctx.rank,
-                tp_size=ctx.world_size,
-                local_world_size=ctx.world_size,
-                base_path=ctx.base_path,
-                config=_stack.FAST,
-            )
+            _stack.boot(stack, ctx)
         except BootstrapConsensusError as exc:
             error = str(exc)
         else:
@@ -307,14 +279,7 @@ def _reinit_rank(ctx: RankContext) -> dict[str, object]:
     for round_no, lws in enumerate([ctx.world_size, ctx.world_size, 1]):
         stack = _stack.make_stack(ctx, store_name=f"pg{round_no}.store", broadcaster=broadcaster)
         broadcaster = stack.broadcaster
-        decision = bootstrap(
-            stack.dispatcher,
-            tp_rank=ctx.rank,
-            tp_size=ctx.world_size,
-            local_world_size=lws,
-            base_path=ctx.base_path,
-            config=_stack.FAST,
-        )
+        decision = _stack.boot(stack, ctx, local_world_size=lws)
         buffers = _stack.payload(ctx.rank, round_no)
         path = stack.dispatcher.broadcast_cpu(buffers)
         generation = broadcaster.generation
@@ -359,14 +324,7 @@ def _rebootstrap_rank(ctx: RankContext) -> list[tuple[str, str, bool]]:
     seen = []
     try:
         for lws in (ctx.world_size, 1, ctx.world_size):
-            decision = bootstrap(
-                stack.dispatcher,
-                tp_rank=ctx.rank,
-                tp_size=ctx.world_size,
-                local_world_size=lws,
-                base_path=ctx.base_path,
-                config=_stack.FAST,
-            )
+            decision = _stack.boot(stack, ctx, local_world_size=lws)
             buffers = _stack.payload(ctx.rank, lws)
             path = stack.dispatcher.broadcast_cpu(buffers)
             ok = _stack.payload_bytes(buffers) == _stack.expected(lws)
@@ -417,21 +375,6 @@ def test_uds_only_when_tp_is_intra_node_and_above_one(tp_size, local_world_size,
     assert is_uds_eligible(tp_size, local_world_size) is eligible
 
 
-class _TimedEngine:
-    name = "stub"
-    timeout = 5.0
-    group = None
-
-    def broadcast(self, tensors, root, group):
-        raise AssertionError("unexpected")
-
-    def sync_communication(self):
-        raise AssertionError("unexpected")
-
-    def device_sync(self):
-        raise AssertionError("unexpected")
-
-
 class _IdleBroadcaster:
     def initialize(self, *args, **kwargs):
         raise AssertionError("bootstrap must refuse before initialize")
@@ -447,7 +390,7 @@ class _IdleBroadcaster:
 
 
 def test_group_timeout_must_cover_the_bootstrap_budget():
-    dispatcher = CpuBroadcastDispatcher(_IdleBroadcaster(), _TimedEngine())
+    dispatcher = CpuBroadcastDispatcher(_IdleBroadcaster(), _stack.UnusedEngine(timeout=5.0))
     with pytest.raises(ConfigurationError, match=r"timeout 5 s must exceed .* = 6 s"):
         bootstrap(
             dispatcher,

@@ -13,7 +13,6 @@ from tpbcast.reference_impl import (
     UnsupportedDeviceError,
     UnsupportedModeError,
     UnsupportedRootError,
-    bootstrap,
 )
 
 from . import _stack
@@ -48,14 +47,7 @@ def _checks_rank(ctx: RankContext) -> dict[str, object]:
     stack = _stack.make_stack(ctx)
     try:
         # phase 1: cross-node layout -> collective path
-        first = bootstrap(
-            stack.dispatcher,
-            tp_rank=ctx.rank,
-            tp_size=ctx.world_size,
-            local_world_size=1,
-            base_path=ctx.base_path,
-            config=_stack.FAST,
-        )
+        first = _stack.boot(stack, ctx, local_world_size=1)
         collective_errors = _errors_on_current_path(stack, ctx.rank)
         collective_events = stack.recorder.events
         buffers = _stack.payload(ctx.rank, 2)  # the group is still in step afterwards
@@ -63,14 +55,7 @@ def _checks_rank(ctx: RankContext) -> dict[str, object]:
         assert _stack.payload_bytes(buffers) == _stack.expected(2)
         stack.recorder.clear()
         # phase 2: same dispatcher, intra-node layout -> UDS path
-        second = bootstrap(
-            stack.dispatcher,
-            tp_rank=ctx.rank,
-            tp_size=ctx.world_size,
-            local_world_size=ctx.world_size,
-            base_path=ctx.base_path,
-            config=_stack.FAST,
-        )
+        second = _stack.boot(stack, ctx)
         uds_errors = _errors_on_current_path(stack, ctx.rank)
         uds_events = stack.recorder.events
         buffers = _stack.payload(ctx.rank, 3)
@@ -113,14 +98,7 @@ def _device_rank(ctx: RankContext) -> dict[str, object]:
 
     stack = _stack.make_stack(ctx)
     try:
-        bootstrap(
-            stack.dispatcher,
-            tp_rank=ctx.rank,
-            tp_size=ctx.world_size,
-            local_world_size=ctx.world_size,
-            base_path=ctx.base_path,
-            config=_stack.FAST,
-        )
+        _stack.boot(stack, ctx)
         buffers = [*_stack.payload(ctx.rank, 4), torch.empty(8, device="meta")]
         try:
             stack.dispatcher.broadcast_cpu(buffers)
@@ -173,21 +151,8 @@ class _NoBroadcaster:
         pass
 
 
-class _NoEngine:
-    name = "none"
-
-    def broadcast(self, tensors, root, group):
-        raise AssertionError("unexpected")
-
-    def sync_communication(self):
-        raise AssertionError("unexpected")
-
-    def device_sync(self):
-        raise AssertionError("unexpected")
-
-
 def _dispatcher():
-    return CpuBroadcastDispatcher(_NoBroadcaster(), _NoEngine(), rank=3)
+    return CpuBroadcastDispatcher(_NoBroadcaster(), _stack.UnusedEngine(), rank=3)
 
 
 def test_root_checked_before_buffers_and_path():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpbcast.reference_impl import DispatchPath, bootstrap
+from tpbcast.reference_impl import DispatchPath
 
 from . import _stack
 from ._forkrun import RankContext, run_forked, values
@@ -31,14 +31,7 @@ def _run_calls(ctx: RankContext, stack: _stack.Stack) -> list[tuple[str, int]]:
 def _collective_rank(ctx: RankContext, local_world_size: int) -> dict[str, object]:
     stack = _stack.make_stack(ctx)
     try:
-        decision = bootstrap(
-            stack.dispatcher,
-            tp_rank=ctx.rank,
-            tp_size=ctx.world_size,
-            local_world_size=local_world_size,
-            base_path=ctx.base_path,
-            config=_stack.FAST,
-        )
+        decision = _stack.boot(stack, ctx, local_world_size=local_world_size)
         calls = _run_calls(ctx, stack)
         return {
             "decision": (str(decision.path), decision.attempted, decision.failed_ranks),
@@ -75,14 +68,7 @@ def test_collective_path_data_and_exact_sync_order(tp_size, local_world_size):
 def _uds_rank(ctx: RankContext) -> dict[str, object]:
     stack = _stack.make_stack(ctx)
     try:
-        decision = bootstrap(
-            stack.dispatcher,
-            tp_rank=ctx.rank,
-            tp_size=ctx.world_size,
-            local_world_size=ctx.world_size,
-            base_path=ctx.base_path,
-            config=_stack.FAST,
-        )
+        decision = _stack.boot(stack, ctx)
         before = stack.broadcaster.statistics()
         calls = _run_calls(ctx, stack)
         after = stack.broadcaster.statistics()
@@ -119,14 +105,7 @@ def _empty_rank(ctx: RankContext, local_world_size: int) -> dict[str, object]:
 
     stack = _stack.make_stack(ctx)
     try:
-        decision = bootstrap(
-            stack.dispatcher,
-            tp_rank=ctx.rank,
-            tp_size=ctx.world_size,
-            local_world_size=local_world_size,
-            base_path=ctx.base_path,
-            config=_stack.FAST,
-        )
+        decision = _stack.boot(stack, ctx, local_world_size=local_world_size)
         skipped = [
             stack.dispatcher.broadcast_cpu([]),
             stack.dispatcher.broadcast_cpu(()),
@@ -167,14 +146,7 @@ def _large_rank(ctx: RankContext, local_world_size: int) -> tuple[str, bool, tup
 
     stack = _stack.make_stack(ctx)
     try:
-        bootstrap(
-            stack.dispatcher,
-            tp_rank=ctx.rank,
-            tp_size=ctx.world_size,
-            local_world_size=local_world_size,
-            base_path=ctx.base_path,
-            config=_stack.FAST,
-        )
+        _stack.boot(stack, ctx, local_world_size=local_world_size)
         gen = torch.Generator().manual_seed(42)
         truth = [
             torch.randint(0, 1 << 30, (3 << 18,), generator=gen, dtype=torch.int32),  # 3 MiB
@@ -203,14 +175,7 @@ def test_megabyte_payloads_on_both_paths(local_world_size):
 def _odd_buffers_rank(ctx: RankContext, local_world_size: int) -> tuple[str, list[bytes]]:
     stack = _stack.make_stack(ctx)
     try:
-        bootstrap(
-            stack.dispatcher,
-            tp_rank=ctx.rank,
-            tp_size=ctx.world_size,
-            local_world_size=local_world_size,
-            base_path=ctx.base_path,
-            config=_stack.FAST,
-        )
+        _stack.boot(stack, ctx, local_world_size=local_world_size)
         truth = bytes(range(1, 41))
         backing = bytearray(truth) if ctx.rank == 0 else bytearray(len(truth))
         # an empty buffer between full ones, and a strided (non-contiguous) memoryview
