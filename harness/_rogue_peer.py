@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ._rogue_report import GARBAGE_HANDSHAKE, RogueReport, Then, _buffers_of, _pending, _Recorder
@@ -24,6 +26,15 @@ from ._wire import (
     send_all,
     wait_hung_up,
 )
+
+
+def _start(
+    behaviour: str, base_path: str, *, abstract: bool, timeout: float
+) -> tuple[_Recorder, str, Deadline]:
+    """What every peer behaviour starts with: its log, rank 0's address and the deadline
+    of its set-up (connect, handshake, the payload it must read to reach the fault)."""
+    address = address_of(base_path, abstract=abstract)
+    return _Recorder("peer", behaviour, address), address, Deadline.after(timeout)
 
 
 def _peer_connect(
@@ -116,9 +127,7 @@ def peer_send_raw(
         shuts down writing and watches; ``"stall"`` keeps the link open, silent,
         and watches for up to ``observe`` seconds for rank 0 to drop it.
     """
-    address = address_of(base_path, abstract=abstract)
-    rec = _Recorder("peer", behaviour, address)
-    deadline = Deadline.after(timeout)
+    rec, address, deadline = _start(behaviour, base_path, abstract=abstract, timeout=timeout)
     with _peer_connect(rec, address, deadline, buffer_size) as sock:
         refused = _send_fault(rec, sock, data, deadline) if data else None
         if refused is not None:
@@ -141,9 +150,9 @@ def peer_announce(
     close (``report.reaction`` EOF or RESET).  A bad rank must get a close and
     never a probe.
     """
-    address = address_of(base_path, abstract=abstract)
-    rec = _Recorder("peer", f"announce({rank})", address)
-    deadline = Deadline.after(timeout)
+    rec, address, deadline = _start(
+        f"announce({rank})", base_path, abstract=abstract, timeout=timeout
+    )
     with _peer_connect(rec, address, deadline, buffer_size) as sock:
         refused = _send_fault(rec, sock, pack_rank(rank), deadline)
         if refused is not None:
@@ -278,9 +287,9 @@ def peer_handshake(
     wrong or missing probe: that is the observation (``report.probe``,
     ``report.reaction``) a test about a rogue or faulty root needs.
     """
-    address = address_of(base_path, abstract=abstract)
-    rec = _Recorder("peer", f"handshake({rank})", address)
-    deadline = Deadline.after(timeout)
+    rec, address, deadline = _start(
+        f"handshake({rank})", base_path, abstract=abstract, timeout=timeout
+    )
     with _peer_connect(rec, address, deadline, buffer_size) as sock:
         refused = _send_fault(rec, sock, pack_rank(rank), deadline)
         fields = refused or _watch_peer(rec, sock, observe, stop_after=1)
@@ -303,15 +312,32 @@ def peer_close_mid_payload(
     Closing with payload still queued makes the root's next write fail with
     EPIPE or ECONNRESET.
     """
-    address = address_of(base_path, abstract=abstract)
-    rec = _Recorder("peer", f"close_mid_payload({rank}, after={after})", address)
-    deadline = Deadline.after(timeout)
+    rec, address, deadline = _start(
+        f"close_mid_payload({rank}, after={after})", base_path, abstract=abstract, timeout=timeout
+    )
+    with _past_payload(rec, address, rank, after, deadline, buffer_size=buffer_size) as (_, probe):
+        pass
+    rec.act("close", note=f"after {after} payload byte(s)")
+    return rec.report(probe=probe)
+
+
+@contextmanager
+def _past_payload(
+    rec: _Recorder,
+    address: str,
+    rank: int,
+    nbytes: int,
+    deadline: Deadline,
+    *,
+    buffer_size: int | None,
+) -> Iterator[tuple[socket.socket, int | None]]:
+    """Handshake, insist on the 0x5a probe, read ``nbytes`` of payload: the well-behaved
+    part of a payload-stage rogue. Yields the link (closed on exit) and the probe."""
     sock, probe = _handshake(rec, address, rank, deadline, buffer_size)
     with sock:
         _require_probe(rec, sock, probe)
-        _read_payload(rec, sock, after, deadline, probe)
-    rec.act("close", note=f"after {after} payload byte(s)")
-    return rec.report(probe=probe)
+        _read_payload(rec, sock, nbytes, deadline, probe)
+        yield sock, probe
 
 
 def _read_payload(
@@ -343,13 +369,13 @@ def peer_stall_mid_payload(
     is the payload left unread in our receive buffer: proof the root had more to
     send and we did not take it.
     """
-    address = address_of(base_path, abstract=abstract)
-    rec = _Recorder("peer", f"stall_mid_payload({rank}, after={after})", address)
-    deadline = Deadline.after(timeout)
-    sock, probe = _handshake(rec, address, rank, deadline, buffer_size)
-    with sock:
-        _require_probe(rec, sock, probe)
-        _read_payload(rec, sock, after, deadline, probe)
+    rec, address, deadline = _start(
+        f"stall_mid_payload({rank}, after={after})", base_path, abstract=abstract, timeout=timeout
+    )
+    with _past_payload(rec, address, rank, after, deadline, buffer_size=buffer_size) as (
+        sock,
+        probe,
+    ):
         rec.act("stall", note=f"stops reading for up to {observe}s")
         start = time.monotonic()
         hung_up = wait_hung_up(sock, Deadline.after(observe))
@@ -383,13 +409,13 @@ def peer_read_payload(
 
     :raises RogueError: no ``0x5a`` probe, or fewer than ``nbytes`` arrived in time.
     """
-    address = address_of(base_path, abstract=abstract)
-    rec = _Recorder("peer", f"read_payload({rank}, {nbytes})", address)
-    deadline = Deadline.after(timeout)
-    sock, probe = _handshake(rec, address, rank, deadline, buffer_size)
-    with sock:
-        _require_probe(rec, sock, probe)
-        _read_payload(rec, sock, nbytes, deadline, probe)
+    rec, address, deadline = _start(
+        f"read_payload({rank}, {nbytes})", base_path, abstract=abstract, timeout=timeout
+    )
+    with _past_payload(rec, address, rank, nbytes, deadline, buffer_size=buffer_size) as (
+        sock,
+        probe,
+    ):
         fields: dict[str, Any] = {"probe": probe}
         if observe > 0:
             fields.update(_watch_peer(rec, sock, observe))
