@@ -174,6 +174,50 @@ def _wait(poller: select.poll, deadline: Deadline, abort_fd: int | None = None) 
             return 0
 
 
+def _wait_ready(
+    poller: select.poll,
+    deadline: Deadline,
+    abort_fd: int | None,
+    site: Site,
+    *,
+    verb: str,
+    done: int,
+    total: int,
+    idle: str,
+) -> None:
+    """Wait until the socket can make progress; raise what a failed wait means.
+
+    :raises BroadcastError: aborted by ``reset()`` (ECANCELED) or the fd was
+        closed under us (POLLNVAL, EBADF).
+    :raises BroadcastTimeoutError: the deadline passed (``idle`` says what the
+        peer was not doing).
+    """
+    try:
+        revents = _wait(poller, deadline, abort_fd)
+    except _AbortRequestedError:
+        raise _aborted(site, verb, done, total, deadline) from None
+    if revents == 0:
+        raise site.fail(
+            BroadcastTimeoutError,
+            f"{deadline.describe()} passed ({idle})",
+            verb=verb,
+            done=done,
+            total=total,
+            deadline=deadline,
+            code=errno.ETIMEDOUT,
+        )
+    if revents & _POLL_BAD:
+        raise site.fail(
+            BroadcastError,
+            "socket was closed under us",
+            verb=verb,
+            done=done,
+            total=total,
+            deadline=deadline,
+            code=errno.EBADF,
+        )
+
+
 def wait_readable(sock: socket.socket, deadline: Deadline) -> bool:
     """True when ``sock`` is readable (or hung up) before the deadline."""
     return _wait(_poller(sock, _POLL_IN, None), deadline) != 0
@@ -228,31 +272,17 @@ def send_all(
             )
         if poller is None:
             poller = _poller(sock, _POLL_OUT, abort_fd)
-        try:
-            revents = _wait(poller, deadline, abort_fd)
-        except _AbortRequestedError:
-            raise _aborted(site, "write to", offset + sent, whole, deadline) from None
-        if revents == 0:
-            raise site.fail(
-                BroadcastTimeoutError,
-                f"{deadline.describe()} passed (peer not reading)",
-                verb="write to",
-                done=offset + sent,
-                total=whole,
-                deadline=deadline,
-                code=errno.ETIMEDOUT,
-            )
-        if revents & _POLL_BAD:
-            raise site.fail(
-                BroadcastError,
-                "socket was closed under us",
-                verb="write to",
-                done=offset + sent,
-                total=whole,
-                deadline=deadline,
-                code=errno.EBADF,
-            )
         # POLLOUT, POLLERR or POLLHUP: the next send reports the real errno.
+        _wait_ready(
+            poller,
+            deadline,
+            abort_fd,
+            site,
+            verb="write to",
+            done=offset + sent,
+            total=whole,
+            idle="peer not reading",
+        )
     return size
 
 
@@ -299,28 +329,14 @@ def recv_exact(
             )
         if poller is None:
             poller = _poller(sock, _POLL_IN, abort_fd)
-        try:
-            revents = _wait(poller, deadline, abort_fd)
-        except _AbortRequestedError:
-            raise _aborted(site, "read from", offset + got, whole, deadline) from None
-        if revents == 0:
-            raise site.fail(
-                BroadcastTimeoutError,
-                f"{deadline.describe()} passed (no data from peer)",
-                verb="read from",
-                done=offset + got,
-                total=whole,
-                deadline=deadline,
-                code=errno.ETIMEDOUT,
-            )
-        if revents & _POLL_BAD:
-            raise site.fail(
-                BroadcastError,
-                "socket was closed under us",
-                verb="read from",
-                done=offset + got,
-                total=whole,
-                deadline=deadline,
-                code=errno.EBADF,
-            )
+        _wait_ready(
+            poller,
+            deadline,
+            abort_fd,
+            site,
+            verb="read from",
+            done=offset + got,
+            total=whole,
+            idle="no data from peer",
+        )
     return size
