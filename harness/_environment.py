@@ -168,7 +168,20 @@ def stale_socket(path: str) -> Iterator[PathProof]:
         sock.bind(path)
     finally:
         sock.close()
-    proof = _proof("stale_socket", path)
+    try:
+        proof = _proof("stale_socket", path)
+        _prove_refused(path)
+    except BaseException:  # the socket file is ours: a failed set-up must not leave it
+        with suppress(FileNotFoundError):
+            os.unlink(path)
+        raise
+    try:
+        yield proof
+    finally:
+        _remove_if_ours(proof)
+
+
+def _prove_refused(path: str) -> None:
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(path)
@@ -178,10 +191,6 @@ def stale_socket(path: str) -> Iterator[PathProof]:
         raise AssertionError(f"stale_socket: {path} accepted a connection; it is not stale")
     finally:
         probe.close()
-    try:
-        yield proof
-    finally:
-        _remove_if_ours(proof)
 
 
 @contextmanager

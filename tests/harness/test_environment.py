@@ -214,3 +214,16 @@ def test_foreign_uid_rank_is_seen_by_so_peercred():
     creds = result.outcomes[0].value.links[0].credentials
     assert (creds.pid, creds.uid, creds.gid) == (result.outcomes[1].pid, env.NOBODY, env.NOBODY)
     assert [f.action for f in result.outcomes[1].faults] == ["foreign_uid"]
+
+
+def test_stale_socket_that_fails_its_proof_leaves_no_file(short_dir, monkeypatch):
+    path = f"{short_dir}/g_0.sock"
+
+    def not_refused(p):
+        assert os.path.exists(p)  # the fault did create the socket file first
+        raise AssertionError("pretend it accepted")
+
+    monkeypatch.setattr(env, "_prove_refused", not_refused)
+    with pytest.raises(AssertionError, match="pretend"), env.stale_socket(path):
+        pass
+    assert not os.path.lexists(path)
