@@ -354,6 +354,19 @@ def _connect(
     label = path_label(path, abstract=abstract)
     address = socket_address(path, abstract=abstract)
     attempts = 0
+
+    def failure(cls: type[BroadcastError], reason: str, code: int) -> BroadcastError:
+        return cls(
+            reason,
+            rank=rank,
+            peer=0,
+            phase="connect",
+            action="connect to rank 0",
+            elapsed=deadline.elapsed(),
+            path=label,
+            errno_name=errno_name(code),
+        )
+
     while True:
         attempts += 1
         sock = socket.socket(socket.AF_UNIX, _SOCK_FLAGS)
@@ -362,43 +375,24 @@ def _connect(
             return sock
         close_quietly(sock)
         if code in (errno.EACCES, errno.EPERM):
-            raise SecurityError(
+            raise failure(
+                SecurityError,
                 "permission denied connecting to rank 0's socket; it or its directory "
                 "belongs to another user. Fix this and try again (same user, or a path "
                 "you own).",
-                rank=rank,
-                peer=0,
-                phase="connect",
-                action="connect to rank 0",
-                elapsed=deadline.elapsed(),
-                path=label,
-                errno_name=errno_name(code),
+                code,
             )
         if code not in _RETRY_CONNECT:
-            raise BroadcastError(
-                f"connect failed: {os.strerror(code)}",
-                rank=rank,
-                peer=0,
-                phase="connect",
-                action="connect to rank 0",
-                elapsed=deadline.elapsed(),
-                path=label,
-                errno_name=errno_name(code),
-            )
+            raise failure(BroadcastError, f"connect failed: {os.strerror(code)}", code)
         left = deadline.remaining()
         if left <= 0:
-            raise BroadcastTimeoutError(
+            raise failure(
+                BroadcastTimeoutError,
                 f"rank 0 was not reachable after {attempts} attempts within "
                 f"{deadline.describe()}; last error: {os.strerror(code)}",
-                rank=rank,
-                peer=0,
-                phase="connect",
-                action="connect to rank 0",
-                elapsed=deadline.elapsed(),
-                path=label,
-                errno_name=errno_name(code),
+                code,
             )
-        time.sleep(min(config.connect_retry_interval, left))
+        time.sleep(min(config.connect_retry_interval, left))  # retry interval, not a sync
 
 
 def bootstrap_peer(
