@@ -478,6 +478,18 @@ test of the suite.
 A clause's verdict aggregates its checks: any FAIL gives FAIL, else any ERROR gives ERROR, else
 all UNSUPPORTED gives UNSUPPORTED, else PASS; no checks gives NOT_TESTED.
 
+How one test's outcome becomes a check verdict (`tpbcast.conformance._verdicts`):
+
+| test outcome | check verdict |
+|---|---|
+| every phase passed | PASS |
+| `AssertionError` / `pytest.fail` in the body or teardown, or a rank group failure (a rank raised, exited non-zero or died by a signal) | FAIL |
+| skipped by `require()` for an undeclared capability, `CapabilityMissing`, or a precondition the environment cannot stage (e.g. a foreign uid without root) | UNSUPPORTED |
+| a setup failure, any other exception, or a rank the harness had to stop at its deadline (a hang on an oversubscribed CPU is inconclusive; deadline clauses measure and assert themselves) | ERROR |
+
+When several phases fail, the earliest decides (setup, then call, then teardown). The exit status
+of a run is non-zero iff a MUST clause is FAIL or ERROR.
+
 ## Adapter contract
 
 An implementation is a factory `"module:callable"`; calling it with no arguments returns a fresh
