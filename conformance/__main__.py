@@ -17,6 +17,7 @@ run itself could not judge: a usage error, an interrupted run, a clause without 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -138,8 +139,13 @@ def _list_clauses(selectors: Sequence[str]) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 4
-    for line in lines:
-        print(line)
+    try:
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `--list | head`: the reader left early; that is not an error of ours.  Point
+        # stdout at /dev/null so the interpreter's final flush does not complain again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
