@@ -7,6 +7,7 @@ plain types at the boundary, so a suite that never imports
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,11 +52,17 @@ class DispatchAdapter:
         self._config = BroadcasterConfig(
             connect_timeout=connect if connect is not None else quarter,
             init_timeout=init if init is not None else quarter,
-            io_timeout=io if io is not None else group_timeout,
+            # as the adapter contract's set_deadlines: math.inf = wait forever
+            io_timeout=None if io == math.inf else io if io is not None else group_timeout,
         )
         self._recorder = EngineRecorder()
         self._dispatcher: CpuBroadcastDispatcher | None = None
         self._incarnation = 0
+
+    @property
+    def config(self) -> BroadcasterConfig:
+        """The broadcaster settings every :meth:`bootstrap` initializes with."""
+        return self._config
 
     def bootstrap(self, *, local_world_size: int, base_path: str) -> BootstrapDecision:
         """Create the process group, then run the bootstrap policy (all ranks call it)."""
@@ -139,7 +146,9 @@ def make_dispatch_adapter(
     """Build the ``dispatch`` capability object for ``broadcaster`` on one rank.
 
     ``connect``/``init`` default to a quarter of ``group_timeout`` each, so the
-    bootstrap budget always fits inside the group's collective deadline.
+    bootstrap budget always fits inside the group's collective deadline; ``io``
+    defaults to ``group_timeout``, and ``math.inf`` means no broadcast deadline
+    (as in the adapter contract's ``set_deadlines``).
     """
     return DispatchAdapter(
         broadcaster,

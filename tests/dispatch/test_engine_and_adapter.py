@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import math
+
 import pytest
 
 from tpbcast.reference_impl import (
@@ -128,3 +131,17 @@ def test_dispatch_adapter_drives_both_paths_with_plain_types():
             "UnsupportedModeError",
             "UnsupportedModeError",
         ]
+
+
+def test_dispatch_adapter_deadlines_follow_the_adapter_contract():
+    """None = the default (a quarter of the group timeout; io: the group timeout),
+    math.inf = no broadcast deadline, as set_deadlines does (a bare inf used to be refused)."""
+    make = functools.partial(
+        make_dispatch_adapter, CpuTpBroadcaster(), rank=0, world_size=1, workdir="/nonexistent"
+    )
+    default = make(group_timeout=8.0).config
+    assert (default.connect_timeout, default.init_timeout, default.io_timeout) == (2.0, 2.0, 8.0)
+    assert make(io=math.inf).config.io_timeout is None
+    assert make(connect=1.5, io=3.0).config.connect_timeout == 1.5
+    with pytest.raises(ConfigurationError):
+        make(connect=math.inf)  # only io may be unbounded
