@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 
 import pytest
 
@@ -60,8 +62,10 @@ def test_pooled_dirs_of_another_pid_are_not_reused(monkeypatch):
         os.rmdir(wd.capture)
 
 
-def test_root_comes_from_the_environment(tmp_path, monkeypatch):
-    root = "/tmp/" + os.path.basename(str(tmp_path))[:20] + "-r"
+def test_root_comes_from_the_environment(monkeypatch):
+    # A private parent (not a name derived from the test's: two runs at once would share it).
+    parent = tempfile.mkdtemp(prefix="tpbw-", dir="/tmp")
+    root = f"{parent}/r"  # not created: the harness makes it
     monkeypatch.setenv(WORKDIR_ROOT_ENV, root)
     wd = Workdir.open(None)
     try:
@@ -70,7 +74,7 @@ def test_root_comes_from_the_environment(tmp_path, monkeypatch):
     finally:
         wd.remove(clean=False)
         release_workdirs()
-        os.rmdir(root)
+        shutil.rmtree(parent)
 
 
 def test_too_long_workdir_is_refused(tmp_path):
