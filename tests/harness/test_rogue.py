@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 import socket
 import struct
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -27,10 +25,8 @@ JOIN = 60.0
 
 
 @pytest.fixture
-def base():
-    path = tempfile.mkdtemp(prefix="tr", dir="/tmp")
-    yield f"{path}/g"
-    shutil.rmtree(path, ignore_errors=True)
+def base(short_dir):
+    return f"{short_dir}/g"
 
 
 def run_all(*fns: Callable[[], object]) -> list[object]:
