@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from ._errors import ConfigurationError, SecurityError, errno_name
-from ._wire import SUN_PATH_MAX, socket_path
+from ._wire import check_path_length, socket_path
 
 __all__ = [
     "FileId",
@@ -232,12 +232,7 @@ def make_base_path(
         tmp = env.get("TMPDIR") or "/tmp"
         directory = os.path.join(tmp, f"tpbcast_{os.geteuid()}")
     base = os.path.join(directory, f"tp_{_sanitise(session)}_dp{dp_rank}")
-    full = socket_path(base)
-    size = len(os.fsencode(full))
-    if size > SUN_PATH_MAX:
-        raise ConfigurationError(
-            f"socket path would be {size} bytes, the limit is {SUN_PATH_MAX} (sun_path); "
-            "set TPBCAST_SOCKET_DIR (or base_dir) to a shorter directory",
-            path=full,
-        )
+    check_path_length(
+        socket_path(base), hint="set TPBCAST_SOCKET_DIR (or base_dir) to a shorter directory"
+    )
     return base

@@ -43,13 +43,16 @@ def socket_path(base_path: str) -> str:
     return f"{base_path}{_SUFFIX}"
 
 
-def check_path_length(path: str) -> None:
+def check_path_length(
+    path: str,
+    *,
+    hint: str = "use a shorter base path or set TPBCAST_SOCKET_DIR to a short directory",
+) -> None:
     """Raise :class:`ConfigurationError` when ``path`` does not fit ``sun_path``."""
     size = len(os.fsencode(path))
     if size > SUN_PATH_MAX:
         raise ConfigurationError(
-            f"socket path is {size} bytes, the limit is {SUN_PATH_MAX} (sun_path); "
-            "use a shorter base path or set TPBCAST_SOCKET_DIR to a short directory",
+            f"socket path is {size} bytes, the limit is {SUN_PATH_MAX} (sun_path); {hint}",
             path=path,
         )
 
