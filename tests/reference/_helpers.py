@@ -87,6 +87,17 @@ def raw_listen(address: str | bytes, backlog: int) -> socket.socket:
     return sock
 
 
+def raw_accept(listener: socket.socket) -> socket.socket:
+    """Accept one connection; it gets the listener's deadline too.
+
+    ``socket.accept`` hands back a BLOCKING socket without a timeout (the
+    listener's timeout is not inherited), so every later recv would wait forever.
+    """
+    conn, _ = listener.accept()
+    conn.settimeout(listener.gettimeout())
+    return conn
+
+
 def raw_recv_exact(sock: socket.socket, n: int) -> bytes:
     out = bytearray()
     while len(out) < n:

@@ -26,7 +26,15 @@ from tpbcast.reference_impl import (
 )
 
 from ._forkrun import Event, fork_all, values
-from ._helpers import fast_config, list_fds, pack_rank, raw_connect, raw_listen, raw_recv_exact
+from ._helpers import (
+    fast_config,
+    list_fds,
+    pack_rank,
+    raw_accept,
+    raw_connect,
+    raw_listen,
+    raw_recv_exact,
+)
 
 MiB = 1 << 20
 
@@ -201,7 +209,7 @@ def test_stale_socket_without_listener_is_retried_then_times_out(base_path: str)
 def _raw_root(base_path: str, reply: bytes):
     def main() -> bytes:
         listener = raw_listen(base_path + "_0.sock", 1)
-        conn, _ = listener.accept()
+        conn = raw_accept(listener)
         rank = raw_recv_exact(conn, 4)
         conn.sendall(reply)
         conn.close()

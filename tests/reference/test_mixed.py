@@ -19,6 +19,7 @@ from ._helpers import (
     RAW_PROBE,
     fast_config,
     payload,
+    raw_accept,
     raw_connect,
     raw_expect_eof,
     raw_listen,
@@ -102,7 +103,7 @@ def test_raw_root_with_reference_peers(base_path: str, world_size: int) -> None:
         listener = raw_listen(base_path + "_0.sock", world_size - 1)
         by_rank = {}
         for _ in range(world_size - 1):
-            conn, _ = listener.accept()
+            conn = raw_accept(listener)
             (rank,) = struct.unpack("=i", raw_recv_exact(conn, 4))
             assert 0 < rank < world_size and rank not in by_rank
             by_rank[rank] = conn
