@@ -6,7 +6,11 @@ one report section per rank; ``tpbcast_faults`` kills a rank at a named step.
 
 from __future__ import annotations
 
+import shutil
 import signal
+import socket
+import tempfile
+import time
 
 import pytest
 import ringsum
@@ -88,3 +92,29 @@ def test_stalled_rank_times_out_its_neighbours(tpbcast_run, tpbcast_faults):
 def test_bad_rank_is_refused_before_any_socket(tmp_path):
     with pytest.raises(ValueError, match="rank 3 is outside world size 2"):
         ringsum.connect(3, 2, str(tmp_path))
+
+
+def test_connect_to_a_full_backlog_times_out():
+    """A neighbour that listens but never accepts: the connect itself must be bounded."""
+    directory = tempfile.mkdtemp(prefix="rs-", dir="/tmp")  # short: sun_path is 107 bytes
+    stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fillers: list[socket.socket] = []
+    try:
+        stuck.bind(f"{directory}/r1.sock")
+        stuck.listen(0)
+        while True:  # fill the backlog: the next blocking connect would wait forever
+            filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            filler.setblocking(False)
+            fillers.append(filler)
+            try:
+                filler.connect(f"{directory}/r1.sock")
+            except BlockingIOError:
+                break
+        t0 = time.monotonic()
+        with pytest.raises(ringsum.RingTimeoutError, match=r"no listener after 0\.5s"):
+            ringsum.connect(0, 2, directory, timeout=0.5)
+        assert time.monotonic() - t0 < 5.0
+    finally:
+        for sock in (stuck, *fillers):
+            sock.close()
+        shutil.rmtree(directory)

@@ -30,6 +30,12 @@ class RingTimeoutError(RingError, TimeoutError):
     """A neighbour did not answer before the deadline (alive but stuck, e.g. SIGSTOPped)."""
 
 
+def _remaining(deadline: float) -> float:
+    """Seconds left for a socket timeout; never 0, which would mean non-blocking (and a
+    BlockingIOError instead of a timeout) rather than "no time left"."""
+    return max(0.001, deadline - time.monotonic())
+
+
 def _path(directory: str, rank: int) -> str:
     return os.path.join(directory, f"r{rank}.sock")
 
@@ -214,16 +220,20 @@ def connect(rank: int, world_size: int, directory: str, *, timeout: float = 10.0
         listener.listen(1)
         right_peer = (rank + 1) % world_size
         while True:
+            # A blocking connect waits, without end, while the listener's backlog is full;
+            # with a timeout set, Unix sockets report that as EAGAIN: retry it like the rest.
+            right.settimeout(_remaining(deadline))
             try:
                 right.connect(_path(directory, right_peer))
                 break
-            except (FileNotFoundError, ConnectionRefusedError):
+            except (FileNotFoundError, ConnectionRefusedError, BlockingIOError, TimeoutError):
                 if time.monotonic() >= deadline:
                     raise RingTimeoutError(
                         rank, right_peer, "connect", f"no listener after {timeout:g}s"
                     ) from None
                 time.sleep(_RETRY_INTERVAL)  # retry loop with a deadline, not synchronisation
-        listener.settimeout(max(0.0, deadline - time.monotonic()))
+        right.setblocking(True)
+        listener.settimeout(_remaining(deadline))
         try:
             left, _ = listener.accept()
         except TimeoutError:
