@@ -3,6 +3,7 @@ group, stdin closed off, output captured at the fd level."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -11,6 +12,9 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +22,8 @@ from tpbcast.harness import Status, run_ranks
 
 T = 30.0
 
-FAKE_PYTEST = textwrap.dedent(
+# A runner script's ranks write their pid into the directory argv[1] names, then hang.
+RANKS_THAT_HANG = textwrap.dedent(
     """
     import os, sys, time
     from tpbcast.harness import run_ranks
@@ -27,8 +32,11 @@ FAKE_PYTEST = textwrap.dedent(
         with open(f"{piddir}/{os.getpid()}", "w") as f:
             f.write(str(ctx.rank))
         while True:
-            time.sleep(0.05)
-
+            time.sleep(0.05)  # the hang the test is about
+    """
+)
+FAKE_PYTEST = RANKS_THAT_HANG + textwrap.dedent(
+    """
     run_ranks(target, 3, timeout=300, args=(sys.argv[1],))
     """
 )
@@ -43,21 +51,36 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_ranks_die_when_their_parent_is_sigkilled(tmp_path):
+@contextlib.contextmanager
+def runner_with_hung_ranks(
+    tmp_path: Path, script: str, world_size: int, **popen: Any
+) -> Iterator[tuple[subprocess.Popen[str], list[int], str]]:
+    """Start ``script`` (a run_ranks caller) in a subprocess with a private workdir root;
+    yield it, its ranks' pids once all ``world_size`` ranks run, and the root. Whatever
+    the test does, the runner is killed and the root removed afterwards."""
     piddir = tmp_path / "pids"
     piddir.mkdir()
-    root = tempfile.mkdtemp(prefix="tpbk-", dir="/tmp")  # the killed runner cannot clean up
-    script = tmp_path / "fake_pytest.py"
-    script.write_text(FAKE_PYTEST)
+    root = tempfile.mkdtemp(prefix="tpbk-", dir="/tmp")  # a killed runner cannot clean up
+    path = tmp_path / "runner.py"
+    path.write_text(script)
     env = dict(os.environ, TPBCAST_WORKDIR_ROOT=root)
-    proc = subprocess.Popen([sys.executable, str(script), str(piddir)], env=env)
+    proc = subprocess.Popen([sys.executable, str(path), str(piddir)], env=env, text=True, **popen)
     try:
         deadline = time.monotonic() + 60
-        while len(os.listdir(piddir)) < 3:
-            assert proc.poll() is None, "the fake pytest died before its ranks started"
+        while len(os.listdir(piddir)) < world_size:
+            assert proc.poll() is None, "the runner died before its ranks started"
             assert time.monotonic() < deadline, "ranks did not start within 60s"
             time.sleep(0.02)  # polling with a deadline for another process
-        pids = [int(p) for p in os.listdir(piddir)]
+        yield proc, [int(p) for p in os.listdir(piddir)], root
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_ranks_die_when_their_parent_is_sigkilled(tmp_path):
+    with runner_with_hung_ranks(tmp_path, FAKE_PYTEST, 3) as (proc, pids, _):
         # 1. The ranks really are alive and are children of the fake pytest.
         assert all(_alive(p) for p in pids)
         for p in pids:
@@ -74,11 +97,6 @@ def test_ranks_die_when_their_parent_is_sigkilled(tmp_path):
         for p in survivors:
             os.kill(p, signal.SIGKILL)
         assert survivors == [], f"ranks outlived their SIGKILLed parent: {survivors}"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def writes_to_closed_pipe(ctx):
@@ -174,17 +192,8 @@ def test_group_cost_is_milliseconds_not_seconds():
     assert min(samples) < 0.5
 
 
-INTERRUPTED_RUNNER = textwrap.dedent(
+INTERRUPTED_RUNNER = RANKS_THAT_HANG + textwrap.dedent(
     """
-    import os, sys, time
-    from tpbcast.harness import run_ranks
-
-    def target(ctx, piddir):
-        with open(f"{piddir}/{os.getpid()}", "w") as f:
-            f.write(str(ctx.rank))
-        while True:
-            time.sleep(0.05)
-
     try:
         run_ranks(target, 2, timeout=300, args=(sys.argv[1],))
     except KeyboardInterrupt:
@@ -195,22 +204,11 @@ INTERRUPTED_RUNNER = textwrap.dedent(
 
 
 def test_an_interrupted_runner_kills_its_ranks_and_cleans_up(tmp_path):
-    piddir = tmp_path / "pids"
-    piddir.mkdir()
-    root = tempfile.mkdtemp(prefix="tpbi-", dir="/tmp")
-    script = tmp_path / "runner.py"
-    script.write_text(INTERRUPTED_RUNNER)
-    env = dict(os.environ, TPBCAST_WORKDIR_ROOT=root)
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(piddir)], env=env, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while len(os.listdir(piddir)) < 2:
-            assert proc.poll() is None
-            assert time.monotonic() < deadline
-            time.sleep(0.02)  # polling with a deadline for another process
-        pids = [int(p) for p in os.listdir(piddir)]
+    with runner_with_hung_ranks(tmp_path, INTERRUPTED_RUNNER, 2, stdout=subprocess.PIPE) as (
+        proc,
+        pids,
+        root,
+    ):
         assert all(_alive(p) for p in pids)
         proc.send_signal(signal.SIGINT)  # KeyboardInterrupt inside run_ranks' wait
         out, _ = proc.communicate(timeout=60)
@@ -218,8 +216,3 @@ def test_an_interrupted_runner_kills_its_ranks_and_cleans_up(tmp_path):
         assert "interrupted" in out
         assert not any(_alive(p) for p in pids)  # killed and reaped before the re-raise
         assert os.listdir(root) == []  # workdir removed, pooled capture dir released at exit
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(root, ignore_errors=True)
