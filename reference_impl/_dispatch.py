@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ._buffers import prepare_buffers
 from ._engines import CollectiveEngine, EngineRecorder
 from ._errors import ConfigurationError, NotInitializedError
 
@@ -297,36 +298,39 @@ class CpuBroadcastDispatcher:
         self._broadcaster.broadcast([item.buffer for item in items], 0)
 
     def _broadcast_collective(self, items: Sequence[_Item]) -> None:
-        tensors = [self._as_tensor(index, item) for index, item in enumerate(items)]
-        self._engine.broadcast(tensors, 0, self._group)
-        self._engine.sync_communication()
-        self._engine.device_sync()
+        """ONE collective for all buffers, then sync_communication, then device_sync.
 
-    def _as_tensor(self, index: int, item: _Item) -> Any:
-        """A tensor sharing memory with the caller's buffer (no copy)."""
-        if item.is_tensor:
-            return item.buffer
+        Tensors go to the engine as they are (they may live on the engine's
+        device).  Every other buffer goes through the broadcaster's own
+        flattening (:func:`._buffers.prepare_buffers`), as a flat byte view
+        shared with torch, so the collective path takes exactly what the UDS
+        path takes: any dtype numpy cannot hand to torch (bytes, unicode,
+        structured, longdouble), negative strides, strided memoryviews, empty
+        buffers next to full ones.  Non-contiguous ones are staged and copied
+        back once the result is visible.
+        """
         import torch
 
-        if item.nbytes == 0:
-            # torch.frombuffer refuses an empty buffer, and there is nothing to share;
-            # the UDS path takes it, so the collective path must too.
-            return torch.empty(0, dtype=torch.uint8)
+        # a placeholder keeps the views aligned with ``items`` (and error indices right)
+        plain = prepare_buffers(
+            [bytearray() if item.is_tensor else item.buffer for item in items], writable=True
+        )
         try:
-            if hasattr(item.buffer, "__array_interface__"):
-                return torch.from_numpy(item.buffer)
-            view = memoryview(item.buffer)
-            if not view.c_contiguous:
-                # A strided buffer (memoryview(buf)[::2]) works on the UDS path;
-                # torch.frombuffer needs a flat one, numpy shares the strided one.
-                import numpy
+            tensors = [
+                item.buffer if item.is_tensor else _byte_tensor(torch, view)
+                for item, view in zip(items, plain.views, strict=True)
+            ]
+            self._engine.broadcast(tensors, 0, self._group)
+            self._engine.sync_communication()
+            self._engine.device_sync()
+            del tensors
+            plain.finish()
+        finally:
+            plain.release()
 
-                return torch.from_numpy(numpy.asarray(view))
-            return torch.frombuffer(view.cast("B"), dtype=torch.uint8)
-        except (TypeError, ValueError, RuntimeError, ImportError) as exc:
-            raise ConfigurationError(
-                f"buffer {index} ({type(item.buffer).__name__}, {item.nbytes} bytes) cannot "
-                f"be shared with torch for the collective path: {exc}",
-                rank=self._rank,
-                phase="dispatch",
-            ) from exc
+
+def _byte_tensor(torch: Any, view: memoryview) -> Any:
+    """A uint8 tensor sharing ``view``'s memory (torch.frombuffer refuses 0 bytes)."""
+    if not view.nbytes:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(view, dtype=torch.uint8)

@@ -172,28 +172,50 @@ def test_megabyte_payloads_on_both_paths(local_world_size):
             assert events == (("collective", nbytes), ("sync_communication",), ("device_sync",))
 
 
+NAMES = [b"ab", b"cdef", b"g"]
+
+
 def _odd_buffers_rank(ctx: RankContext, local_world_size: int) -> tuple[str, list[bytes]]:
+    import numpy as np
+
     stack = _stack.make_stack(ctx)
     try:
         _stack.boot(stack, ctx, local_world_size=local_world_size)
+        root = ctx.rank == 0
         truth = bytes(range(1, 41))
-        backing = bytearray(truth) if ctx.rank == 0 else bytearray(len(truth))
-        # an empty buffer between full ones, and a strided (non-contiguous) memoryview
-        buffers = [bytearray(), bytearray(truth[:7]) if ctx.rank == 0 else bytearray(7)]
-        buffers.append(memoryview(backing)[::3])  # type: ignore[arg-type]
+        backing = bytearray(truth) if root else bytearray(len(truth))
+        shorts = np.arange(1, 9, dtype=np.int16) if root else np.zeros(8, np.int16)
+        names = np.array(NAMES if root else [b""] * 3, dtype="S4")  # torch has no such dtype
+        buffers: list[object] = [
+            bytearray(),  # an empty buffer between full ones
+            bytearray(truth[:7]) if root else bytearray(7),
+            memoryview(backing)[::3],  # a strided (non-contiguous) memoryview
+            shorts[::-2],  # negative strides: torch.from_numpy refuses them
+            names,
+        ]
         path = stack.dispatcher.broadcast_cpu(buffers)
-        return str(path), [bytes(buffers[1]), bytes(backing)]
+        return str(path), [bytes(buffers[1]), bytes(backing), shorts.tobytes(), names.tobytes()]
     finally:
         stack.dispatcher.teardown()
 
 
 @pytest.mark.parametrize("local_world_size", [2, 1], ids=["uds", "collective"])
-def test_empty_and_strided_buffers_work_on_both_paths(local_world_size):
-    """What the UDS path takes, the collective path takes too (torch.frombuffer refuses both)."""
+def test_odd_buffers_work_on_both_paths(local_world_size):
+    """What the UDS path takes, the collective path takes too.
+
+    torch.frombuffer refuses an empty buffer and a strided memoryview;
+    torch.from_numpy refuses negative strides and dtypes torch lacks.
+    """
+    import numpy as np
+
     truth = bytes(range(1, 41))
     strided = bytearray(len(truth))
     strided[::3] = truth[::3]  # what a peer's backing holds after the call
+    shorts = np.zeros(8, np.int16)
+    shorts[::-2] = np.arange(1, 9, dtype=np.int16)[::-2]
+    names = np.array(NAMES, dtype="S4").tobytes()
     want_path = "uds" if local_world_size == 2 else "collective"
     results = values(run_forked(_odd_buffers_rank, 2, args=(local_world_size,)))
-    assert results[0] == (want_path, [truth[:7], truth])
-    assert results[1] == (want_path, [truth[:7], bytes(strided)])
+    every = np.arange(1, 9, dtype=np.int16).tobytes()
+    assert results[0] == (want_path, [truth[:7], truth, every, names])
+    assert results[1] == (want_path, [truth[:7], bytes(strided), shorts.tobytes(), names])
