@@ -1,14 +1,17 @@
-"""Run mypy --strict on the four layers under their installed names.
+"""Run mypy --strict (and, with ``--imports``, import-linter) on the four layers.
 
 The folders ``harness/``, ``fixtures/``, ... install as ``tpbcast.<folder>``; mypy
-cannot remap a folder to another package name, and it does not follow
-setuptools' editable import hook.  So we build a throwaway tree of symlinks
+cannot remap a folder to another package name, and neither mypy nor import-linter
+follows setuptools' editable import hook.  So we build a throwaway tree of symlinks
 ``<tmp>/tpbcast/<layer> -> <repo>/<layer>`` and check the packages there.
-Error paths still point at the real files.
+
+    python tools/typecheck.py            # mypy --strict
+    python tools/typecheck.py --imports  # import-linter layer contracts
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -19,15 +22,21 @@ LAYERS = ("harness", "reference_impl", "conformance", "fixtures")
 
 def main() -> int:
     repo = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory(prefix="tpbcast-mypy-") as tmp:
+    args = sys.argv[1:]
+    with tempfile.TemporaryDirectory(prefix="tpbcast-lint-") as tmp:
         namespace = Path(tmp) / "tpbcast"
         namespace.mkdir()
         for layer in LAYERS:
             (namespace / layer).symlink_to(repo / layer, target_is_directory=True)
+        if args[:1] == ["--imports"]:
+            env = {**os.environ, "PYTHONPATH": tmp}
+            code = "from importlinter.cli import lint_imports_command; lint_imports_command()"
+            argv = [sys.executable, "-c", code, "--config", str(repo / "pyproject.toml")]
+            return subprocess.run([*argv, *args[1:]], cwd=repo, env=env, check=False).returncode
         argv = [sys.executable, "-m", "mypy", "--config-file", str(repo / "pyproject.toml")]
         for layer in LAYERS:
             argv += ["-p", f"tpbcast.{layer}"]
-        return subprocess.run([*argv, *sys.argv[1:]], cwd=tmp, check=False).returncode
+        return subprocess.run([*argv, *args], cwd=tmp, check=False).returncode
 
 
 if __name__ == "__main__":
