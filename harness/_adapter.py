@@ -49,6 +49,7 @@ class Capability(enum.StrEnum):
     SECURE_DIR = "secure_dir"
     DISPATCH = "dispatch"
     ERROR_DETAILS = "error_details"
+    BASE_PATH = "base_path"
 
 
 REQUIRED_MEMBERS: Final = ("initialize", "broadcast", "reset", "is_initialized")
@@ -59,6 +60,7 @@ CAPABILITY_MEMBERS: Final[Mapping[Capability, tuple[str, ...]]] = {
     Capability.GENERATION: ("generation",),
     Capability.ABSTRACT_NAMESPACE: ("set_abstract_namespace",),
     Capability.DISPATCH: ("make_dispatcher",),
+    Capability.BASE_PATH: ("make_base_path",),
 }
 """Members a capability promises; declaring it without them is a load error."""
 

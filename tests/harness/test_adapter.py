@@ -71,6 +71,7 @@ def test_capability_names_match_the_design():
         "secure_dir",
         "dispatch",
         "error_details",
+        "base_path",
     }
     assert a.Capability.TENSORS == "tensors"  # a StrEnum compares as its name
     assert a.REQUIRED_MEMBERS == ("initialize", "broadcast", "reset", "is_initialized")
