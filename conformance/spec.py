@@ -72,15 +72,21 @@ UPSTREAM_STATES: Final = ("conforms", "deviates", "absent")
 
 #: Adapter capabilities and the members they promise (DESIGN.md, "Adapter contract").
 CAPABILITIES: Final[Mapping[str, str]] = {
-    "deadlines": "`set_deadlines(*, connect=None, init=None, io=None)` before `initialize`",
+    "deadlines": "`set_deadlines(*, connect=None, init=None, io=None)` before `initialize`; "
+    "optionally `default_deadlines()`: the defaults of `connect`, `init`, `io` in seconds "
+    "(TIME-7)",
     "generation": "`generation` attribute/property (int)",
     "abstract_namespace": "`set_abstract_namespace(enabled: bool)` before `initialize`",
     "tensors": "`broadcast` accepts torch CPU tensors (contiguous or not)",
     "multi_buffer": "`broadcast` accepts a list of buffers, sent back to back",
     "peer_credentials": "rejects peers of another uid (SO_PEERCRED)",
     "secure_dir": "verifies/creates the socket dir 0700",
-    "dispatch": "`make_dispatcher(...)`: fallback dispatch layer (issue 6)",
+    "dispatch": "`make_dispatcher(...)`: fallback dispatch layer (issue 6); its `bootstrap(*, "
+    "local_world_size, base_path, tp_rank=None, dp_rank=None)` is idempotent and refuses "
+    "explicit ranks that disagree with the layout",
     "error_details": "errors carry `rank/peer/phase/...` attributes",
+    "base_path": "`make_base_path(dp_rank=0, *, session_id=None, base_dir=None, environ=None, "
+    "key=None) -> str`: the base-path helper (SEC-13 to SEC-17)",
 }
 
 _ID_RE: Final = re.compile(r"^(?P<area>[A-Z]+)-(?P<number>[1-9][0-9]*)$")

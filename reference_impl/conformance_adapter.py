@@ -8,11 +8,13 @@ imports nothing of the other layers (the contract is duck-typed).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any, Final, cast, final
 
 from ._broadcaster import BroadcasterStatistics, CpuTpBroadcaster
 from ._config import BroadcasterConfig
+from ._paths import make_base_path
 
 __all__ = ["CAPABILITIES", "ReferenceAdapter", "make"]
 
@@ -27,6 +29,7 @@ CAPABILITIES: Final = frozenset(
         "secure_dir",
         "error_details",
         "dispatch",
+        "base_path",
     }
 )
 
@@ -52,6 +55,7 @@ class ReferenceAdapter:
     def __init__(self, config: BroadcasterConfig | None = None) -> None:
         self.version = _version()
         self._config = config if config is not None else BroadcasterConfig()
+        self._defaults = self._config
         self.broadcaster = CpuTpBroadcaster(self._config)
 
     @property
@@ -79,6 +83,19 @@ class ReferenceAdapter:
             changes["io_timeout"] = None if io == math.inf else io
         self._config = self._config.replace(**changes)
 
+    def default_deadlines(self) -> Mapping[str, float | None]:
+        """The ``deadlines`` capability's defaults (TIME-7), in seconds; None = forever.
+
+        What ``initialize`` uses when ``set_deadlines`` was never called: the
+        configuration this adapter was made with (DESIGN.md: connect 120, init
+        120, io 300 for a plain ``make()``), not the values set since.
+        """
+        return {
+            "connect": self._defaults.connect_timeout,
+            "init": self._defaults.init_timeout,
+            "io": self._defaults.io_timeout,
+        }
+
     def set_abstract_namespace(self, enabled: bool) -> None:
         self._config = self._config.replace(abstract_namespace=bool(enabled))
 
@@ -100,6 +117,23 @@ class ReferenceAdapter:
 
     def statistics(self) -> BroadcasterStatistics:
         return self.broadcaster.statistics()
+
+    def make_base_path(
+        self,
+        dp_rank: int = 0,
+        *,
+        session_id: str | None = None,
+        base_dir: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        key: str | None = None,
+    ) -> str:
+        """The ``base_path`` capability: :func:`tpbcast.reference_impl.make_base_path`.
+
+        Pure (creates nothing); every rank of one group computes the same path.
+        """
+        return make_base_path(
+            dp_rank, session_id=session_id, key=key, base_dir=base_dir, environ=environ
+        )
 
     def make_dispatcher(
         self,

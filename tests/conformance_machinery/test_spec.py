@@ -102,8 +102,11 @@ def test_needs_test_is_must_or_should_in_suite_scope(spec: Spec) -> None:
     assert needing
     assert all(c.level in ("MUST", "SHOULD") and c.scope == "suite" for c in needing)
     reference_only = [c for c in spec if c.scope == "reference"]
-    assert reference_only  # the base-path helper clauses
     assert not set(reference_only) & set(needing)
+    # the base-path helper clauses left scope "reference" for the capability base_path
+    base_path = [spec[f"SEC-{n}"] for n in range(13, 18)]
+    assert all(c.scope == "suite" and c.capabilities == ("base_path",) for c in base_path)
+    assert set(base_path) <= set(needing)
 
 
 # ------------------------------------------------------------------------- selection

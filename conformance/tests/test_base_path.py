@@ -1,0 +1,419 @@
+"""SEC-13 to SEC-17: the base-path helper (capability ``base_path``).
+
+The capability promises ``make_base_path(dp_rank=0, *, session_id=None, base_dir=None,
+environ=None, key=None) -> str`` on the broadcaster object: the base path every rank of one
+TP group computes identically (``environ=None`` reads ``os.environ``).  The helper is judged
+by what it returns (pure checks inside a rank) and, where a clause is about groups, by
+running the groups on the paths it returned, side by side: paths that collided would cross
+payloads or get the second rank 0 refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+
+import pytest
+
+from tpbcast.conformance.plugin import require
+from tpbcast.harness import run_ranks
+
+from . import _support as s
+
+SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
+# Rank 0's socket path may hold at most 107 bytes (sun_path is 108 with the NUL).
+SUN_PATH_MAX = 107
+SIZE = 4096
+# Bootstrap deadlines of the groups here: generous, the group timeout still bounds a hang.
+SETUP = s.GROUP_TIMEOUT / 4
+
+
+def _group_member(impl):
+    return s.make(impl, connect=SETUP, init=SETUP, io=SETUP)
+
+
+def _exchange(bcast, local, seed, salt):
+    """One broadcast inside a group of 2 (``local`` 0 is the root); the received digest."""
+    data = s.payload(seed, SIZE, salt)
+    buf = bytearray(data) if local == 0 else bytearray(b"\xa5" * SIZE)
+    bcast.broadcast(buf)
+    return s.digest(buf)
+
+
+def _want(seed, salt):
+    return s.digest(s.payload(seed, SIZE, salt))
+
+
+def _precondition(holds, what):
+    """A staging step that did not happen makes the check inconclusive (ERROR), not FAIL."""
+    if not holds:
+        raise RuntimeError(f"precondition not met: {what}")
+
+
+def _call(fn, *args, **kwargs):
+    """``fn``'s result, or the :class:`_support.Raised` of what it raised."""
+    box = []
+    raised = s.attempt(lambda: box.append(fn(*args, **kwargs)))
+    return raised if raised is not None else box[0]
+
+
+def _rmdir_quietly(path):
+    """Remove a socket dir a group created (empty after reset); the harness reports leftovers."""
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+
+
+# --------------------------------------------------------------------------- SEC-13
+
+
+@pytest.mark.clause("SEC-13")
+def test_keyed_default_paths_of_concurrent_groups_differ(tpbcast_run, tpbcast_impl):
+    """Two groups launched by ONE parent (same ppid) with different keys, side by side."""
+    require(tpbcast_impl, "base_path")
+
+    def target(ctx):
+        group, local = divmod(ctx.rank, 2)
+        env = {"TMPDIR": ctx.workdir}  # no session id or directory override
+        bcast = _group_member(tpbcast_impl)
+        key = f"127.0.0.1:{29500 + group}"
+        path = bcast.make_base_path(environ=env, key=key)
+        again = bcast.make_base_path(environ=env, key=key)
+        bcast.initialize(local, 2, path)
+        ctx.sync("both-groups-up")  # both listeners are live at the same time
+        digest = _exchange(bcast, local, ctx.seed, ("sec13", group))
+        ctx.sync("exchanged")
+        bcast.reset()
+        ctx.sync("reset")
+        if ctx.rank == 0:
+            _rmdir_quietly(os.path.dirname(path))
+        return os.getppid(), path, again, digest
+
+    result = tpbcast_run(target, 4, timeout=s.GROUP_TIMEOUT)
+    seen = s.ok_values(result)
+    ppids = {ppid for ppid, *_ in seen}
+    _precondition(len(ppids) == 1, f"the 4 ranks are siblings of one parent, got ppids {ppids}")
+    paths = [path for _, path, _, _ in seen]
+    for rank, (_, path, again, _) in enumerate(seen):
+        assert path == again, s.clause(
+            "SEC-13", f"rank {rank}: the helper is deterministic for one key", (path, again)
+        )
+    assert paths[0] == paths[1] and paths[2] == paths[3], s.clause(
+        "SEC-13", "the ranks of one group compute the same default path", paths
+    )
+    assert paths[0] != paths[2], s.clause(
+        "SEC-13", "two groups of one parent with different keys get different paths", paths
+    )
+    for rank, (_, _, _, digest) in enumerate(seen):
+        assert digest == _want(result.seed, ("sec13", rank // 2)), s.clause(
+            "SEC-13", f"rank {rank} receives its own group's payload", digest
+        )
+
+
+def _launched_group(ctx, impl, shared, launcher):
+    """A rank of the group that launcher ``launcher`` forked (its ppid is the launcher)."""
+    env = {"TMPDIR": shared}  # the same TMPDIR for both groups, no key, no override
+    bcast = _group_member(impl)
+    path = bcast.make_base_path(environ=env)
+    bcast.initialize(ctx.rank, 2, path)
+    overlapped = True
+    if ctx.rank == 0:
+        # Hold the listener until the other group's rank 0 is up too (a marker file
+        # across the two nested groups; polled with a deadline).
+        open(os.path.join(shared, f"up{launcher}"), "w").close()
+        other = os.path.join(shared, f"up{1 - launcher}")
+        overlapped = s.wait_for(lambda: os.path.exists(other), s.GROUP_TIMEOUT / 2)
+    ctx.sync("overlap")
+    digest = _exchange(bcast, ctx.rank, ctx.seed, ("sec13-ppid", launcher))
+    bcast.reset()
+    return os.getppid(), path, digest, overlapped
+
+
+@pytest.mark.clause("SEC-13")
+def test_default_paths_of_groups_with_different_parents_differ(tpbcast_run, tpbcast_impl):
+    """Two launchers (different parent pids) each fork a group of 2; both run at once."""
+    require(tpbcast_impl, "base_path")
+
+    def launcher(ctx):
+        ctx.sync("launch")
+        inner = run_ranks(
+            _launched_group,
+            2,
+            args=(tpbcast_impl, ctx.workdir, ctx.rank),
+            timeout=s.GROUP_TIMEOUT * 0.75,
+            seed=ctx.seed,
+            label=f"sec13-launcher{ctx.rank}",
+        )
+        ctx.sync("done")
+        if ctx.rank == 0:
+            for name in ("up0", "up1"):
+                if os.path.exists(os.path.join(ctx.workdir, name)):
+                    os.unlink(os.path.join(ctx.workdir, name))
+            for outcome in inner.outcomes:
+                if outcome.ok:
+                    _rmdir_quietly(os.path.dirname(outcome.value[1]))
+        return os.getpid(), [(o.ok, o.value, o.summary()) for o in inner.outcomes]
+
+    result = tpbcast_run(launcher, 2, timeout=s.GROUP_TIMEOUT * 1.5)
+    launched = s.ok_values(result)
+    for index, (pid, ranks) in enumerate(launched):
+        for ok, value, summary in ranks:
+            assert ok, s.clause(
+                "SEC-13", f"the group of launcher {index} runs on its default path", summary
+            )
+            _precondition(value[0] == pid, f"launcher {index} (pid {pid}) is the group's parent")
+    _precondition(launched[0][0] != launched[1][0], "the two launchers are two processes")
+    paths = [[value[1] for _, value, _ in ranks] for _, ranks in launched]
+    assert paths[0][0] == paths[0][1] and paths[1][0] == paths[1][1], s.clause(
+        "SEC-13", "the ranks of one group compute the same default path", paths
+    )
+    assert paths[0][0] != paths[1][0], s.clause(
+        "SEC-13", "groups of different parents get different default paths", paths
+    )
+    for index, (_, ranks) in enumerate(launched):
+        assert all(value[3] for _, value, _ in ranks), s.clause(
+            "SEC-13", "both groups were up at the same time", index
+        )
+        assert all(value[2] == _want(result.seed, ("sec13-ppid", index)) for _, value, _ in ranks)
+
+
+# --------------------------------------------------------------------------- SEC-14
+
+UNSAFE_IDS = (
+    "a b/c",
+    "../../etc/passwd",
+    "x;rm -rf ~",
+    "tab\tnew\nline",
+    "caf\u00e9\u20ac",
+    "$(id)`id`",
+    "/abs/olute",
+    "nul\x00byte",
+)
+
+
+@pytest.mark.clause("SEC-14")
+def test_session_ids_are_sanitised(tpbcast_run, tpbcast_impl):
+    require(tpbcast_impl, "base_path")
+    for raw in UNSAFE_IDS:
+        _precondition(not SAFE.match(raw), f"{raw!r} holds a character to sanitise")
+
+    def target(ctx):
+        bcast = tpbcast_impl.create()
+        directory = os.path.join(ctx.workdir, "d")
+        out = []
+        for raw in UNSAFE_IDS:
+            for how, kwargs in (
+                ("session_id", {"session_id": raw, "environ": {}}),
+                ("TPBCAST_SESSION_ID", {"environ": {"TPBCAST_SESSION_ID": raw}}),
+                (
+                    "RTP_LLM_CPU_TP_BROADCASTER_ID",
+                    {"environ": {"RTP_LLM_CPU_TP_BROADCASTER_ID": raw}},
+                ),
+            ):
+                out.append((raw, how, _call(bcast.make_base_path, 0, base_dir=directory, **kwargs)))
+        return directory, out, s.kind_of(directory)
+
+    directory, out, kind = tpbcast_run(target, 1, timeout=s.GROUP_TIMEOUT).outcomes[0].value
+    for raw, how, path in out:
+        assert isinstance(path, str), s.clause(
+            "SEC-14", f"an unsafe session id via {how} ({raw!r}) is sanitised, not refused", path
+        )
+        name = os.path.basename(path)
+        assert os.path.dirname(path) == directory and name not in (".", ".."), s.clause(
+            "SEC-14", f"the session id {raw!r} ({how}) cannot leave the socket directory", path
+        )
+        assert SAFE.match(name), s.clause(
+            "SEC-14", f"the session id {raw!r} ({how}) is reduced to [A-Za-z0-9._-]", name
+        )
+    assert kind == "missing", s.clause("SEC-14", "the helper creates nothing", kind)
+
+
+# --------------------------------------------------------------------------- SEC-15
+
+
+@pytest.mark.clause("SEC-15")
+def test_socket_dir_from_tmpdir_and_environment(tpbcast_run, tpbcast_impl):
+    require(tpbcast_impl, "base_path")
+    elsewhere = "/nonexistent-tpbcast-dir"
+
+    def target(ctx):
+        os.umask(0)
+        bcast = _group_member(tpbcast_impl)
+        mk = bcast.make_base_path
+        tmp = ctx.workdir
+        ours, upstream = os.path.join(tmp, "ours"), os.path.join(tmp, "upstream")
+        # The process environment points elsewhere: environ= must win over it.
+        os.environ["TPBCAST_SOCKET_DIR"] = elsewhere
+        os.environ.pop("TPBCAST_SESSION_ID", None)
+        os.environ.pop("RTP_LLM_CPU_TP_BROADCASTER_ID", None)
+        seen = {
+            "tmpdir": mk(environ={"TMPDIR": tmp}, session_id="s15"),
+            "ours": mk(environ={"TMPDIR": tmp, "TPBCAST_SOCKET_DIR": ours}, session_id="s15"),
+            "upstream": mk(
+                environ={"TMPDIR": tmp, "RTP_LLM_CPU_TP_BROADCASTER_DIR": upstream},
+                session_id="s15",
+            ),
+            "both": mk(
+                environ={
+                    "TPBCAST_SOCKET_DIR": ours,
+                    "RTP_LLM_CPU_TP_BROADCASTER_DIR": upstream,
+                },
+                session_id="s15",
+            ),
+            "session": mk(environ={"TMPDIR": tmp, "TPBCAST_SESSION_ID": "sessA1"}),
+            "session_upstream": mk(
+                environ={"TMPDIR": tmp, "RTP_LLM_CPU_TP_BROADCASTER_ID": "sessB2"}
+            ),
+            "os_environ": mk(session_id="s15"),
+        }
+        # The group on the TMPDIR path: rank 0 creates the per-uid directory.
+        path = seen["tmpdir"]
+        directory = os.path.dirname(path)
+        before = s.kind_of(directory)
+        ctx.sync("computed")
+        bcast.initialize(ctx.rank, 2, path)
+        mode = stat.S_IMODE(os.stat(directory).st_mode) if ctx.rank == 0 else None
+        digest = _exchange(bcast, ctx.rank, ctx.seed, "sec15")
+        ctx.sync("exchanged")
+        bcast.reset()
+        ctx.sync("reset")
+        if ctx.rank == 0:
+            _rmdir_quietly(directory)
+        return seen, tmp, ours, upstream, before, mode, digest
+
+    result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
+    seen, tmp, ours, upstream, before, mode, _ = result.outcomes[0].value
+    per_uid = os.path.dirname(seen["tmpdir"])
+    assert os.path.dirname(per_uid) == tmp and str(os.geteuid()) in os.path.basename(per_uid), (
+        s.clause("SEC-15", "without overrides the dir is a per-uid dir under TMPDIR", per_uid)
+    )
+    assert os.path.dirname(seen["ours"]) == ours, s.clause(
+        "SEC-15", "TPBCAST_SOCKET_DIR names the dir", seen["ours"]
+    )
+    assert os.path.dirname(seen["upstream"]) == upstream, s.clause(
+        "SEC-15", "RTP_LLM_CPU_TP_BROADCASTER_DIR names the dir", seen["upstream"]
+    )
+    assert os.path.dirname(seen["both"]) == ours, s.clause(
+        "SEC-15", "TPBCAST_SOCKET_DIR wins over the upstream variable", seen["both"]
+    )
+    assert "sessA1" in os.path.basename(seen["session"]), s.clause(
+        "SEC-15", "TPBCAST_SESSION_ID names the session", seen["session"]
+    )
+    assert "sessB2" in os.path.basename(seen["session_upstream"]), s.clause(
+        "SEC-15", "RTP_LLM_CPU_TP_BROADCASTER_ID names the session", seen["session_upstream"]
+    )
+    assert os.path.dirname(seen["os_environ"]) == elsewhere, s.clause(
+        "SEC-15", "environ=None reads the process environment", seen["os_environ"]
+    )
+    _precondition(before == "missing", f"{per_uid} did not exist before initialize ({before})")
+    digests = {outcome.value[6] for outcome in result.outcomes}
+    assert digests == {_want(result.seed, "sec15")}, s.clause(
+        "SEC-15", "a group runs on the TMPDIR path", digests
+    )
+    if tpbcast_impl.supports("secure_dir"):
+        assert mode == 0o700, s.clause(
+            "SEC-15", "the per-uid dir under TMPDIR is created 0700 (umask 0)", oct(mode)
+        )
+
+
+# --------------------------------------------------------------------------- SEC-16
+
+
+@pytest.mark.clause("SEC-16")
+def test_length_checked_before_any_socket_work(tpbcast_run, tpbcast_impl):
+    require(tpbcast_impl, "base_path")
+
+    def target(ctx):
+        bcast = tpbcast_impl.create()
+        mk = bcast.make_base_path
+        name = os.path.basename(mk(session_id="s16", base_dir=ctx.workdir, environ={}))
+        tail = len(os.fsencode(f"/{name}_0.sock"))
+
+        def dir_for(total):
+            """A directory (never created) that makes rank 0's path ``total`` bytes."""
+            pad = total - tail - len(os.fsencode(ctx.workdir)) - 1
+            return os.path.join(ctx.workdir, "d" * pad)
+
+        at_limit, over = dir_for(SUN_PATH_MAX), dir_for(SUN_PATH_MAX + 1)
+        far = os.path.join(ctx.workdir, "f" * 150)
+        fds = s.fd_table()
+        fine = _call(mk, session_id="s16", base_dir=at_limit, environ={})
+        refused = s.attempt(mk, session_id="s16", base_dir=over, environ={})
+        refused_far = s.attempt(mk, session_id="s16", base_dir=far, environ={})
+        opened = s.new_fds(fds)
+        kinds = [s.kind_of(d) for d in (at_limit, over, far)]
+        return name, at_limit, over, far, fine, refused, refused_far, opened, kinds
+
+    value = tpbcast_run(target, 1, timeout=s.GROUP_TIMEOUT).outcomes[0].value
+    name, at_limit, over, far, fine, refused, refused_far, opened, kinds = value
+    _precondition(len(os.path.basename(at_limit)) > 0, "the padding fits after the workdir")
+    over_bytes = len(os.fsencode(os.path.join(over, name) + "_0.sock"))
+    _precondition(
+        over_bytes == SUN_PATH_MAX + 1, f"the over-limit path has 108 bytes, not {over_bytes}"
+    )
+    assert fine == os.path.join(at_limit, name), s.clause(
+        "SEC-16", "a rank-0 path of exactly 107 bytes is accepted", fine
+    )
+    for raised, directory in ((refused, over), (refused_far, far)):
+        assert raised is not None, s.clause(
+            "SEC-16", "a rank-0 path over 107 bytes is refused by the helper", "returned a path"
+        )
+        path = os.path.join(directory, name)
+        sizes = (len(os.fsencode(path + "_0.sock")), len(os.fsencode(path)))
+        assert any(s.mentions(raised, size) for size in sizes), s.clause(
+            "SEC-16", f"the error names the length ({' or '.join(map(str, sizes))} bytes)", raised
+        )
+        assert directory in raised.message, s.clause("SEC-16", "the error names the path", raised)
+        if tpbcast_impl.supports("error_details"):
+            assert raised.is_a("ValueError"), s.clause(
+                "SEC-16", "a configuration error (ValueError)", raised
+            )
+    assert opened == {} and kinds == ["missing"] * 3, s.clause(
+        "SEC-16", "the helper does no socket or file work", (opened, kinds)
+    )
+
+
+# --------------------------------------------------------------------------- SEC-17
+
+
+@pytest.mark.clause("SEC-17")
+def test_dp_groups_of_one_session_get_different_paths(tpbcast_run, tpbcast_impl):
+    """DP ranks 0 and 1 of ONE session run their TP groups of 2 side by side."""
+    require(tpbcast_impl, "base_path")
+
+    def target(ctx):
+        dp, local = divmod(ctx.rank, 2)
+        bcast = _group_member(tpbcast_impl)
+        mk = bcast.make_base_path
+        path = mk(dp, session_id="s17", base_dir=ctx.workdir, environ={})
+        again = mk(dp, session_id="s17", base_dir=ctx.workdir, environ={})
+        table = [mk(d, session_id="s17", base_dir=ctx.workdir, environ={}) for d in range(8)]
+        by_default = [mk(d, environ={"TMPDIR": ctx.workdir}, key="k") for d in range(8)]
+        bcast.initialize(local, 2, path)
+        ctx.sync("both-groups-up")
+        digest = _exchange(bcast, local, ctx.seed, ("sec17", dp))
+        ctx.sync("exchanged")
+        bcast.reset()
+        return path, again, table, by_default, digest
+
+    result = tpbcast_run(target, 4, timeout=s.GROUP_TIMEOUT)
+    seen = s.ok_values(result)
+    paths = [path for path, *_ in seen]
+    assert all(path == again for path, again, *_ in seen), s.clause(
+        "SEC-17", "one session and one DP rank always give the same path", paths
+    )
+    assert paths[0] == paths[1] and paths[2] == paths[3], s.clause(
+        "SEC-17", "the TP ranks of one DP rank share the path", paths
+    )
+    _, _, table, by_default, _ = seen[0]
+    assert len(set(table)) == 8 and len(set(by_default)) == 8, s.clause(
+        "SEC-17", "DP ranks 0..7 of one session get 8 different paths", (table, by_default)
+    )
+    assert paths[0] != paths[2], s.clause(
+        "SEC-17", "DP ranks 0 and 1 of one session get different paths", paths
+    )
+    for rank, (*_, digest) in enumerate(seen):
+        assert digest == _want(result.seed, ("sec17", rank // 2)), s.clause(
+            "SEC-17", f"rank {rank} receives its own DP group's payload", digest
+        )
