@@ -13,7 +13,7 @@ from typing import Any
 
 from ._config import BroadcasterConfig
 from ._dispatch import CpuBroadcastDispatcher, DispatchPath, ParallelMode, UdsBroadcaster
-from ._dispatch_bootstrap import BootstrapDecision, bootstrap
+from ._dispatch_bootstrap import BootstrapDecision, bootstrap, derive_ranks
 from ._engines import EngineRecorder
 from ._errors import NotInitializedError
 
@@ -26,9 +26,10 @@ class DispatchAdapter:
     One per rank, inside a forked rank.  Plain types only at this boundary (mode
     as ``"tp"``/``"dp"`` or a :class:`ParallelMode`, paths as strings, events as
     tuples), so a suite that never imports ``tpbcast.reference_impl`` can drive
-    it.  Each :meth:`bootstrap` creates a fresh gloo process group over a
-    ``FileStore`` in ``workdir`` (a new store file per incarnation) and runs
-    :func:`bootstrap`; :meth:`teardown` resets the broadcaster and destroys it.
+    it.  Each :meth:`bootstrap` with new arguments creates a fresh gloo process
+    group over a ``FileStore`` in ``workdir`` (a new store file per incarnation)
+    and runs :func:`bootstrap`; the same arguments again change nothing
+    (FALLBACK-15); :meth:`teardown` resets the broadcaster and destroys it.
     """
 
     def __init__(
@@ -58,16 +59,49 @@ class DispatchAdapter:
         self._recorder = EngineRecorder()
         self._dispatcher: CpuBroadcastDispatcher | None = None
         self._incarnation = 0
+        # (local_world_size, base_path, tp_rank, dp_rank) of the standing bootstrap
+        self._bootstrapped: tuple[tuple[int, str, int, int], BootstrapDecision] | None = None
 
     @property
     def config(self) -> BroadcasterConfig:
         """The broadcaster settings every :meth:`bootstrap` initializes with."""
         return self._config
 
-    def bootstrap(self, *, local_world_size: int, base_path: str) -> BootstrapDecision:
-        """Create the process group, then run the bootstrap policy (all ranks call it)."""
+    @property
+    def incarnation(self) -> int:
+        """How many process groups :meth:`bootstrap` has created so far."""
+        return self._incarnation
+
+    def bootstrap(
+        self,
+        *,
+        local_world_size: int,
+        base_path: str,
+        tp_rank: int | None = None,
+        dp_rank: int | None = None,
+    ) -> BootstrapDecision:
+        """Create the process group, then run the bootstrap policy (all ranks call it).
+
+        ``tp_rank``/``dp_rank``, when given, must equal what the layout derives
+        (``rank % world_size``, ``rank // world_size``): a disagreeing value
+        raises :class:`ConfigurationError` naming both, before anything changes
+        (FALLBACK-16).  A repeated call with the same arguments while that
+        bootstrap still stands returns the same decision and touches nothing: no
+        new process group, no re-init, no socket (FALLBACK-15).  Different
+        arguments tear the standing bootstrap down and start over.
+        """
         from ._engines import TorchDistributedEngine
 
+        ranks = derive_ranks(self.rank, self.world_size, tp_rank=tp_rank, dp_rank=dp_rank)
+        key = (local_world_size, base_path, *ranks)
+        standing = self._bootstrapped
+        if (
+            standing is not None
+            and self._dispatcher is not None
+            and standing[0] == key
+            and standing[1].uses_uds == self._broadcaster.is_initialized()
+        ):
+            return standing[1]
         if self._dispatcher is not None:
             self.teardown()
         self._incarnation += 1
@@ -82,9 +116,9 @@ class DispatchAdapter:
             self._broadcaster, engine, recorder=self._recorder, rank=self.rank
         )
         try:
-            return bootstrap(
+            decision = bootstrap(
                 self._dispatcher,
-                tp_rank=self.rank,
+                tp_rank=ranks[0],
                 tp_size=self.world_size,
                 local_world_size=local_world_size,
                 base_path=base_path,
@@ -93,6 +127,8 @@ class DispatchAdapter:
         except BaseException:
             self.teardown()
             raise
+        self._bootstrapped = (key, decision)
+        return decision
 
     def broadcast_cpu(self, buffers: Sequence[Any], root: int = 0, mode: Any = "tp") -> str:
         """``broadcast_cpu`` of the current dispatcher; returns the path as a string."""
@@ -117,6 +153,7 @@ class DispatchAdapter:
     def teardown(self) -> None:
         """Reset the broadcaster and destroy the process group; idempotent."""
         dispatcher, self._dispatcher = self._dispatcher, None
+        self._bootstrapped = None
         if dispatcher is not None:
             dispatcher.teardown()
         else:

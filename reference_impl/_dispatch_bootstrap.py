@@ -26,6 +26,7 @@ __all__ = [
     "BootstrapDecision",
     "BootstrapFallbackWarning",
     "bootstrap",
+    "derive_ranks",
     "is_uds_eligible",
 ]
 
@@ -102,6 +103,55 @@ def _check_layout(tp_rank: int, tp_size: int, local_world_size: int) -> None:
             rank=tp_rank,
             phase="bootstrap",
         )
+
+
+def derive_ranks(
+    rank: int, tp_size: int, *, tp_rank: int | None = None, dp_rank: int | None = None
+) -> tuple[int, int]:
+    """``(tp_rank, dp_rank)`` of global ``rank``: ``rank % tp_size``, ``rank // tp_size``.
+
+    Explicit ranks from the caller are checked, never overwritten: upstream's
+    ``_normalize_parallelism_ranks`` silently replaced a disagreeing tp_rank or
+    dp_rank (PR #960 review rounds 5 and 6, FALLBACK-16).  Pure, and called
+    before any process group or socket work, so a refused call changes nothing.
+
+    :raises ConfigurationError: a non-int or negative value, or an explicit rank
+        that disagrees with the derived one (naming both values).
+    """
+    for name, value in (("rank", rank), ("tp_size", tp_size)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigurationError(f"{name} must be an int, got {value!r}", phase="bootstrap")
+    if tp_size < 1 or rank < 0:
+        raise ConfigurationError(
+            f"invalid layout: rank={rank}, tp_size={tp_size}", rank=rank, phase="bootstrap"
+        )
+    derived = {"tp_rank": rank % tp_size, "dp_rank": rank // tp_size}
+    how = {
+        "tp_rank": f"rank {rank} % tp_size {tp_size}",
+        "dp_rank": f"rank {rank} // tp_size {tp_size}",
+    }
+    problems = []
+    for name, given in (("tp_rank", tp_rank), ("dp_rank", dp_rank)):
+        if given is None:
+            continue
+        if isinstance(given, bool) or not isinstance(given, int):
+            raise ConfigurationError(
+                f"{name} must be an int or None, got {given!r}", rank=rank, phase="bootstrap"
+            )
+        if given != derived[name]:
+            problems.append(
+                f"explicit {name}={given} disagrees with {name}={derived[name]} derived from "
+                f"the layout ({how[name]})"
+            )
+    if problems:
+        raise ConfigurationError(
+            "; ".join(problems) + "; refusing to overwrite either value: pass the derived "
+            "rank or none (a mismatch means the caller and the process group disagree on "
+            "the layout)",
+            rank=rank,
+            phase="bootstrap",
+        )
+    return derived["tp_rank"], derived["dp_rank"]
 
 
 def _check_group(tp_rank: int, tp_size: int, group: Any) -> None:

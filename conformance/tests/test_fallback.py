@@ -2,8 +2,10 @@
 
 The capability promises ``make_dispatcher(*, rank, world_size, workdir, group_timeout,
 connect, init, io)`` on the broadcaster object, returning a per-rank dispatcher with:
-``bootstrap(*, local_world_size, base_path) -> decision`` (``decision.path`` is "uds" or
-"collective", ``decision.failed_ranks``), ``broadcast_cpu(buffers, root=0, mode="tp") ->
+``bootstrap(*, local_world_size, base_path, tp_rank=None, dp_rank=None) -> decision``
+(``decision.path`` is "uds" or "collective", ``decision.failed_ranks``; the same arguments
+again change nothing, explicit ranks must match ``rank % world_size`` / ``rank //
+world_size``), ``broadcast_cpu(buffers, root=0, mode="tp") ->
 path``, ``calls()`` (the recorder's events in order: ``("uds", n)``, ``("collective",
 n)``, ``("sync_communication",)``, ``("device_sync",)``), ``clear_calls()`` and
 ``teardown()``.
@@ -17,11 +19,12 @@ ERROR of every FALLBACK test.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import pytest
 
-from tpbcast.conformance.plugin import Unsupported, require
+from tpbcast.conformance.plugin import require
 from tpbcast.harness import run_ranks
 
 from . import _support as s
@@ -86,6 +89,109 @@ def _phase(ctx, dispatcher, *, local_world_size, base_path, label, seed):
     return out
 
 
+def _state(ctx, bcast, impl, base_path):
+    """What a bootstrap could change: fds, files of the shared workdir, the socket, generation."""
+    sock = s.sock_path(base_path)
+    ident = None
+    if ctx.rank == 0 and s.kind_of(sock) == "socket":
+        st = os.stat(sock)
+        ident = (st.st_dev, st.st_ino)
+    return {
+        "fds": s.fd_table(),
+        "entries": s.entries(ctx.workdir),
+        "socket": ident,
+        "generation": bcast.generation if impl.supports("generation") else None,
+    }
+
+
+def _changes(ctx, bcast, impl, base_path, before):
+    """Everything that differs from ``before`` (empty: no side effect)."""
+    after = _state(ctx, bcast, impl, base_path)
+    changed = {}
+    opened = s.new_fds(before["fds"])
+    closed = sorted(set(before["fds"]) - set(after["fds"]))
+    if opened or closed:
+        changed["fds"] = {"opened": opened, "closed": closed}
+    for key in ("entries", "socket", "generation"):
+        if after[key] != before[key]:
+            changed[key] = (before[key], after[key])
+    return changed
+
+
+def _bootstrap_observed(ctx, dispatcher, bcast, impl, base_path, **kwargs):
+    """Call ``bootstrap``; what it returned or raised, warned and changed."""
+    before = _state(ctx, bcast, impl, base_path)
+    box = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        raised = s.attempt(
+            lambda: box.append(
+                dispatcher.bootstrap(local_world_size=2, base_path=base_path, **kwargs)
+            )
+        )
+    return {
+        "decision": box[0] if box else None,
+        "raised": None if raised is None else (raised.type_name, raised.message),
+        "mentions": {} if raised is None else {v: s.mentions(raised, v) for v in range(4)},
+        "warnings": [str(w.message) for w in caught],
+        "changes": _changes(ctx, bcast, impl, base_path, before),
+    }
+
+
+def _roundtrip(ctx, dispatcher, seed, label):
+    data = s.payload(seed, 300, label)
+    buf = bytearray(data) if ctx.rank == 0 else bytearray(len(data))
+    dispatcher.clear_calls()
+    path = _path(dispatcher.broadcast_cpu([buf]))
+    return path, bytes(buf) == data, _events(dispatcher)
+
+
+def _explicit_ranks(ctx, dispatcher, bcast, impl, base_path):
+    """Explicit tp_rank/dp_rank that disagree with the layout (every rank passes one)."""
+    return {
+        "tp": _bootstrap_observed(
+            ctx, dispatcher, bcast, impl, base_path, tp_rank=ctx.world_size - 1 - ctx.rank
+        ),
+        "dp": _bootstrap_observed(ctx, dispatcher, bcast, impl, base_path, dp_rank=3),
+    }
+
+
+def _repeat(out, ctx, dispatcher, bcast, impl, *, base_path, seed):
+    """FALLBACK-15/16 on a standing bootstrap: the same call again, explicit ranks.
+
+    Fills ``out`` step by step, so a later crash keeps the earlier observations.
+    """
+    first = _bootstrap_observed(ctx, dispatcher, bcast, impl, base_path)
+    decision = first.pop("decision")
+    out["first"] = {**first, "path": _path(decision) if decision is not None else None}
+    out["first_socket"] = s.kind_of(s.sock_path(base_path)) if ctx.rank == 0 else None
+    out["first_roundtrip"] = _roundtrip(ctx, dispatcher, seed, "rep1")
+    for label, kwargs in (("again", {}), ("agreeing", {"tp_rank": ctx.rank, "dp_rank": 0})):
+        dispatcher.clear_calls()
+        seen = _bootstrap_observed(ctx, dispatcher, bcast, impl, base_path, **kwargs)
+        again = seen.pop("decision")
+        seen["same_decision"] = again is decision or (again is not None and again == decision)
+        seen["path"] = _path(again) if again is not None else None
+        seen["calls"] = _events(dispatcher)
+        out[label] = seen
+    explicit = _explicit_ranks(ctx, dispatcher, bcast, impl, base_path)
+    for view in explicit.values():
+        view["decision"] = None if view["decision"] is None else _path(view["decision"])
+    out["explicit"] = explicit
+    out["after_roundtrip"] = _roundtrip(ctx, dispatcher, seed, "rep2")
+    dispatcher.teardown()
+
+
+def _guarded(scenario):
+    """Run a FALLBACK-15/16 scenario; its crash is an observation for those clauses only."""
+    out = {}
+    try:
+        scenario(out)
+    except Exception as exc:
+        out["crashed"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
 def _target(ctx, impl):
     bcast = impl.create()
     dispatcher = bcast.make_dispatcher(
@@ -99,6 +205,15 @@ def _target(ctx, impl):
     )
     seed = ctx.seed
     results = {}
+
+    def fresh(out):
+        out.update(_explicit_ranks(ctx, dispatcher, bcast, impl, ctx.base_path + "f"))
+        for label in ("tp", "dp"):
+            decision = out[label]["decision"]
+            out[label]["decision"] = None if decision is None else _path(decision)
+
+    # FALLBACK-16 before any bootstrap (every rank passes a wrong rank: nobody waits).
+    results["explicit_fresh"] = _guarded(fresh)
     results["uds"] = _phase(
         ctx, dispatcher, local_world_size=2, base_path=ctx.base_path, label="uds", seed=seed
     )
@@ -114,6 +229,11 @@ def _target(ctx, impl):
     bad = ctx.base_path + "3" if ctx.rank == 0 else os.path.join(ctx.workdir, "q" * 120)
     results["consensus"] = _phase(
         ctx, dispatcher, local_world_size=2, base_path=bad, label="c", seed=seed
+    )
+    results["repeat"] = _guarded(
+        lambda out: _repeat(
+            out, ctx, dispatcher, bcast, impl, base_path=ctx.base_path + "r", seed=seed
+        )
     )
     bcast.reset()
     return results
@@ -290,11 +410,97 @@ def test_no_broadcaster_side_effects_when_ineligible(observed):
         )
 
 
-@pytest.mark.clause("FALLBACK-15", "FALLBACK-16")
-def test_repeated_bootstrap_and_explicit_ranks(tpbcast_impl):
-    require(tpbcast_impl, "dispatch")
-    raise Unsupported(
-        "UNSUPPORTED: the dispatch hook's bootstrap(local_world_size, base_path) re-creates "
-        "its process group and takes one rank; a repeated-bootstrap entry point and explicit "
-        "tp_rank/dp_rank are not part of the 'dispatch' capability yet"
+def _precondition(holds, what):
+    """A staging step that did not happen makes the check inconclusive (ERROR), not FAIL."""
+    if not holds:
+        raise RuntimeError(f"precondition not met: {what}")
+
+
+def _step(view, key, cid):
+    """One step's observation; a scenario that crashed before it fails the clause."""
+    assert key in view, s.clause(
+        cid, f"the scenario gets to step {key!r}", view.get("crashed", "no crash recorded")
     )
+    return view[key]
+
+
+@pytest.mark.clause("FALLBACK-15")
+def test_repeated_bootstrap_has_no_side_effects(observed):
+    for rank, view in _both(observed, "repeat"):
+        first = _step(view, "first", "FALLBACK-15")
+        _precondition(
+            first["raised"] is None and first["path"] == "uds",
+            f"rank {rank}: the first bootstrap brought UDS up ({first['raised']}, {first['path']})",
+        )
+        _precondition(first["changes"], f"rank {rank}: the first bootstrap changed something")
+        if rank == 0:
+            _precondition(view["first_socket"] == "socket", "rank 0 listens after bootstrap")
+        path, ok, _ = _step(view, "first_roundtrip", "FALLBACK-15")
+        _precondition(path == "uds" and ok, f"rank {rank}: data flows over UDS ({path}, {ok})")
+        for label, how in (("again", "the same call"), ("agreeing", "agreeing explicit ranks")):
+            seen = _step(view, label, "FALLBACK-15")
+            assert seen["raised"] is None, s.clause(
+                "FALLBACK-15", f"rank {rank}: {how} again succeeds", seen["raised"]
+            )
+            assert seen["same_decision"] and seen["path"] == "uds", s.clause(
+                "FALLBACK-15",
+                f"rank {rank}: {how} again returns the standing decision",
+                (seen["same_decision"], seen["path"]),
+            )
+            assert seen["changes"] == {}, s.clause(
+                "FALLBACK-15",
+                f"rank {rank}: {how} again creates no process group, socket, fd or file "
+                "and resets nothing",
+                seen["changes"],
+            )
+            assert seen["calls"] == [] and seen["warnings"] == [], s.clause(
+                "FALLBACK-15",
+                f"rank {rank}: {how} again communicates and warns nothing",
+                (seen["calls"], seen["warnings"]),
+            )
+        path, ok, _ = _step(view, "after_roundtrip", "FALLBACK-15")
+        assert path == "uds" and ok, s.clause(
+            "FALLBACK-15", f"rank {rank}: the group keeps working on UDS", (path, ok)
+        )
+
+
+def _warned(warnings_seen, name, *values):
+    pattern = [re.compile(rf"(?<![\w.-]){v}(?![\w])") for v in values]
+    return any(name in w and all(p.search(w) for p in pattern) for w in warnings_seen)
+
+
+def _judge_explicit(rank, seen, which, given, derived, *, where):
+    name = f"{which}_rank"
+    what = f"rank {rank} ({where}): explicit {name}={given} where the layout derives {derived}"
+    raised = seen["raised"]
+    if raised is None:
+        assert _warned(seen["warnings"], name, given, derived), s.clause(
+            "FALLBACK-16", f"{what} raises, or warns naming both values", seen["warnings"]
+        )
+        return
+    named = name in raised[1] and seen["mentions"][given] and seen["mentions"][derived]
+    assert named, s.clause("FALLBACK-16", f"{what}: the error names {name} and both values", raised)
+    assert seen["changes"] == {}, s.clause(
+        "FALLBACK-16", f"{what}: the refused call changes nothing", seen["changes"]
+    )
+
+
+@pytest.mark.clause("FALLBACK-16")
+def test_explicit_ranks_are_not_silently_overwritten(observed):
+    views, _ = observed
+    for rank, view in enumerate(views):
+        fresh, repeat = view["explicit_fresh"], view["repeat"]
+        wrong_tp = len(views) - 1 - rank
+        cid = "FALLBACK-16"
+        first = _step(repeat, "first", cid)
+        _precondition(first["path"] == "uds", f"rank {rank}: a bootstrap stands before the check")
+        for where, explicit in (
+            ("before bootstrap", fresh),
+            ("standing bootstrap", _step(repeat, "explicit", cid)),
+        ):
+            _judge_explicit(rank, _step(explicit, "tp", cid), "tp", wrong_tp, rank, where=where)
+            _judge_explicit(rank, _step(explicit, "dp", cid), "dp", 3, 0, where=where)
+        path, ok, _ = _step(repeat, "after_roundtrip", cid)
+        assert path == "uds" and ok, s.clause(
+            cid, f"rank {rank}: the group still works after the refused calls", (path, ok)
+        )
