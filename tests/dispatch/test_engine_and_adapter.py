@@ -145,3 +145,69 @@ def test_dispatch_adapter_deadlines_follow_the_adapter_contract():
     assert make(connect=1.5, io=3.0).config.connect_timeout == 1.5
     with pytest.raises(ConfigurationError):
         make(connect=math.inf)  # only io may be unbounded
+
+
+def test_derive_ranks_checks_explicit_ranks_and_never_overwrites_them():
+    from tpbcast.reference_impl._dispatch_bootstrap import derive_ranks
+
+    assert derive_ranks(5, 2) == (1, 2)
+    assert derive_ranks(5, 2, tp_rank=1, dp_rank=2) == (1, 2)
+    with pytest.raises(ConfigurationError, match=r"explicit tp_rank=0 disagrees with tp_rank=1"):
+        derive_ranks(5, 2, tp_rank=0)
+    with pytest.raises(ConfigurationError) as info:
+        derive_ranks(5, 2, tp_rank=0, dp_rank=7)
+    text = str(info.value)
+    assert "dp_rank=7" in text and "dp_rank=2" in text and "rank 5 // tp_size 2" in text
+    for bad in ({"tp_rank": True}, {"dp_rank": "1"}):
+        with pytest.raises(ConfigurationError, match="must be an int or None"):
+            derive_ranks(0, 2, **bad)
+    with pytest.raises(ConfigurationError, match="invalid layout"):
+        derive_ranks(0, 0)
+
+
+def _repeat_rank(ctx: RankContext) -> dict[str, object]:
+    import os
+
+    adapter = make_dispatch_adapter(
+        CpuTpBroadcaster(), rank=ctx.rank, world_size=ctx.world_size, workdir=ctx.workdir
+    )
+    out: dict[str, object] = {}
+    try:
+        # refused before anything: no process group is created
+        try:
+            adapter.bootstrap(local_world_size=2, base_path=ctx.base_path, dp_rank=1)
+        except ConfigurationError as exc:
+            out["fresh_error"] = str(exc)
+        out["fresh_incarnation"] = adapter.incarnation
+        first = adapter.bootstrap(local_world_size=2, base_path=ctx.base_path)
+        files = sorted(os.listdir(ctx.workdir))
+        again = adapter.bootstrap(local_world_size=2, base_path=ctx.base_path)
+        agreeing = adapter.bootstrap(
+            local_world_size=2, base_path=ctx.base_path, tp_rank=ctx.rank, dp_rank=0
+        )
+        out["same"] = again is first and agreeing is first
+        out["incarnation"] = adapter.incarnation
+        out["files_same"] = sorted(os.listdir(ctx.workdir)) == files
+        try:
+            adapter.bootstrap(local_world_size=2, base_path=ctx.base_path, tp_rank=1 - ctx.rank)
+        except ConfigurationError as exc:
+            out["standing_error"] = str(exc)
+        out["still"] = adapter.path
+        # other arguments: a new bootstrap (this one cross-node: collective)
+        other = adapter.bootstrap(local_world_size=1, base_path=ctx.base_path)
+        out["other"] = (str(other.path), adapter.incarnation)
+    finally:
+        adapter.teardown()
+    return out
+
+
+def test_dispatch_adapter_repeated_bootstrap_and_explicit_ranks():
+    for rank, res in enumerate(values(run_forked(_repeat_rank, 2))):
+        assert "explicit dp_rank=1 disagrees with dp_rank=0" in str(res["fresh_error"])
+        assert res["fresh_incarnation"] == 0
+        assert res["same"] and res["incarnation"] == 1 and res["files_same"]
+        assert f"explicit tp_rank={1 - rank} disagrees with tp_rank={rank}" in str(
+            res["standing_error"]
+        )
+        assert res["still"] == "uds"
+        assert res["other"] == ("collective", 2)

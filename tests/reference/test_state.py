@@ -216,6 +216,38 @@ def test_make_base_path_precedence_and_sanitising(tmp_path: object) -> None:
     assert not os.path.exists("/f/tp_x_dp0_0.sock")  # pure: it creates nothing
 
 
+def test_adapter_reports_the_documented_default_deadlines() -> None:
+    """TIME-7's member: DESIGN.md's defaults (120/120/300 s), untouched by set_deadlines."""
+    adapter = make()
+    documented = {"connect": 120.0, "init": 120.0, "io": 300.0}
+    assert dict(adapter.default_deadlines()) == documented
+    cfg = BroadcasterConfig()
+    assert documented == {
+        "connect": cfg.connect_timeout,
+        "init": cfg.init_timeout,
+        "io": cfg.io_timeout,
+    }
+    adapter.set_deadlines(connect=1.0, init=2.0, io=math.inf)
+    assert dict(adapter.default_deadlines()) == documented
+    assert adapter.config.io_timeout is None  # the deadlines changed, the defaults did not
+
+
+def test_adapter_make_base_path_is_the_helper() -> None:
+    """The base_path capability's member delegates to make_base_path, argument for argument."""
+    adapter = make()
+    env = {"TMPDIR": "/t", "TPBCAST_SESSION_ID": "a b"}
+    assert (
+        adapter.make_base_path(environ=env)
+        == make_base_path(environ=env)
+        == (f"/t/tpbcast_{os.geteuid()}/tp_a_b_dp0")
+    )
+    assert adapter.make_base_path(2, session_id="s", base_dir="/d", environ={}) == "/d/tp_s_dp2"
+    assert adapter.make_base_path(1, environ={}, key="k") == make_base_path(1, environ={}, key="k")
+    with pytest.raises(ConfigurationError, match="limit is 107"):
+        adapter.make_base_path(base_dir="/" + "d" * 100, environ={})
+    assert "base_path" in adapter.capabilities
+
+
 def test_adapter_contract_members(base_path: str) -> None:
     adapter = make()
     assert adapter.name == "tpbcast-reference"
