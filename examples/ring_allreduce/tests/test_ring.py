@@ -6,11 +6,9 @@ one report section per rank; ``tpbcast_faults`` kills a rank at a named step.
 
 from __future__ import annotations
 
-import shutil
+import os
 import signal
 import socket
-import tempfile
-import time
 
 import pytest
 import ringsum
@@ -94,27 +92,40 @@ def test_bad_rank_is_refused_before_any_socket(tmp_path):
         ringsum.connect(3, 2, str(tmp_path))
 
 
-def test_connect_to_a_full_backlog_times_out():
-    """A neighbour that listens but never accepts: the connect itself must be bounded."""
-    directory = tempfile.mkdtemp(prefix="rs-", dir="/tmp")  # short: sun_path is 107 bytes
+def connect_to_a_full_backlog(ctx: RankContext) -> str:
+    """Rank 0 of a ring of 2 whose right neighbour listens but never accepts (its backlog
+    is full); returns ringsum's error. Runs in a rank: a regression hangs in connect(),
+    and the group deadline turns that into a failure instead of a hung test."""
     stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     fillers: list[socket.socket] = []
     try:
-        stuck.bind(f"{directory}/r1.sock")
+        stuck.bind(f"{ctx.workdir}/r1.sock")
         stuck.listen(0)
-        while True:  # fill the backlog: the next blocking connect would wait forever
+        while True:  # fill the backlog: a blocking connect now waits for ever
             filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             filler.setblocking(False)
             fillers.append(filler)
             try:
-                filler.connect(f"{directory}/r1.sock")
+                filler.connect(f"{ctx.workdir}/r1.sock")
             except BlockingIOError:
                 break
-        t0 = time.monotonic()
-        with pytest.raises(ringsum.RingTimeoutError, match=r"no listener after 0\.5s"):
-            ringsum.connect(0, 2, directory, timeout=0.5)
-        assert time.monotonic() - t0 < 5.0
+        ctx.record("full-backlog", queued=len(fillers) - 1)
+        try:
+            ringsum.connect(0, 2, ctx.workdir, timeout=0.5)
+        except ringsum.RingTimeoutError as exc:
+            return str(exc)
+        return "connected"
     finally:
         for sock in (stuck, *fillers):
             sock.close()
-        shutil.rmtree(directory)
+        os.unlink(f"{ctx.workdir}/r1.sock")
+
+
+@pytest.mark.tpbcast_timeout(15)
+def test_connect_to_a_full_backlog_times_out(tpbcast_run):
+    result = tpbcast_run(connect_to_a_full_backlog, 1)
+
+    outcome = result.outcomes[0]
+    assert [f.action for f in outcome.faults] == ["full-backlog"]  # the fault was in place
+    assert "no listener after 0.5s" in outcome.value
+    assert outcome.duration < 10.0
