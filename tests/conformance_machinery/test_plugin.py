@@ -307,7 +307,7 @@ from tpbcast.reference_impl.conformance_adapter import CAPABILITIES, ReferenceAd
 class Base:
     """The reference behind the adapter contract, with one behaviour broken per subclass."""
 
-    capabilities = CAPABILITIES - {"dispatch"}
+    capabilities = CAPABILITIES - {"dispatch", "base_path"}
     name = "mutant"
     version = "0"
 
