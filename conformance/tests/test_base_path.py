@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import stat
+from typing import Any
 
 import pytest
 
@@ -152,7 +153,8 @@ def test_default_paths_of_groups_with_different_parents_differ(tpbcast_run, tpbc
                     os.unlink(os.path.join(ctx.workdir, name))
             for outcome in inner.outcomes:
                 if outcome.ok:
-                    _rmdir_quietly(os.path.dirname(outcome.value[1]))
+                    value: Any = outcome.value  # (ppid, path, digest, overlapped)
+                    _rmdir_quietly(os.path.dirname(value[1]))
         return os.getpid(), [(o.ok, o.value, o.summary()) for o in inner.outcomes]
 
     result = tpbcast_run(launcher, 2, timeout=s.GROUP_TIMEOUT * 1.5)

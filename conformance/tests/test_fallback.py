@@ -107,7 +107,7 @@ def _state(ctx, bcast, impl, base_path):
 def _changes(ctx, bcast, impl, base_path, before):
     """Everything that differs from ``before`` (empty: no side effect)."""
     after = _state(ctx, bcast, impl, base_path)
-    changed = {}
+    changed: dict[str, object] = {}
     opened = s.new_fds(before["fds"])
     closed = sorted(set(before["fds"]) - set(after["fds"]))
     if opened or closed:
@@ -184,7 +184,7 @@ def _repeat(out, ctx, dispatcher, bcast, impl, *, base_path, seed):
 
 def _guarded(scenario):
     """Run a FALLBACK-15/16 scenario; its crash is an observation for those clauses only."""
-    out = {}
+    out: dict[str, object] = {}
     try:
         scenario(out)
     except Exception as exc:
