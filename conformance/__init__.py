@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from ._results import Verdict as Verdict
     from ._results import aggregate as aggregate
     from ._results import exit_status as exit_status
-    from ._verdicts import Unsupported as Unsupported
-    from ._verdicts import require as require
     from .spec import Clause as Clause
     from .spec import Spec as Spec
     from .spec import SpecError as SpecError
@@ -57,8 +55,6 @@ _LAZY: Final = {
     "Verdict": "._results",
     "aggregate": "._results",
     "exit_status": "._results",
-    "Unsupported": "._verdicts",
-    "require": "._verdicts",
     "Clause": ".spec",
     "Spec": ".spec",
     "SpecError": ".spec",
@@ -92,7 +88,6 @@ __all__ = [
     "Spec",
     "SpecError",
     "SuiteResult",
-    "Unsupported",
     "Verdict",
     "aggregate",
     "default_columns",
@@ -103,7 +98,6 @@ __all__ = [
     "render_html",
     "render_markdown",
     "render_report_markdown",
-    "require",
     "suite_from_json",
     "write_reports",
 ]
