@@ -466,10 +466,10 @@ and reports can link to it (`SPEC.md#wire-1`).
 | **SHOULD** | required unless there is a documented reason not to | reported, exit status kept |
 | **MAY** | optional; if present it must work as described | reported for information |
 
-A clause with scope *reference* constrains helpers of the reference implementation that are not
-part of the adapter contract (the base-path helper); the reference's self-tests judge it, the
-conformance suite does not. Every MUST and SHOULD clause of scope *suite* is cited by at least one
-test of the suite.
+A clause of scope *reference* would constrain a helper of the reference implementation outside
+the adapter contract and be judged by the reference's self-tests only; today every clause has
+scope *suite* (the base-path helper became the optional `base_path` capability). Every MUST and
+SHOULD clause of scope *suite* is cited by at least one test of the suite.
 
 ## Verdicts
 
@@ -486,12 +486,15 @@ all UNSUPPORTED gives UNSUPPORTED, else PASS; no checks gives NOT_TESTED.
 
 How one test's outcome becomes a check verdict (`tpbcast.conformance._verdicts`):
 
-| test outcome | check verdict |
-|---|---|
-| every phase passed | PASS |
-| `AssertionError` / `pytest.fail` in the body or teardown, or a rank group failure (a rank raised, exited non-zero or died by a signal) | FAIL |
-| skipped by `require()` for an undeclared capability, `CapabilityMissing`, or a precondition the environment cannot stage (e.g. a foreign uid without root) | UNSUPPORTED |
-| a setup failure, any other exception, or a rank the harness had to stop at its deadline (a hang on an oversubscribed CPU is inconclusive; deadline clauses measure and assert themselves) | ERROR |
+- **PASS**: every phase of the test passed.
+- **FAIL**: an `AssertionError` / `pytest.fail` in the body or teardown, or a rank group
+  failure (a rank raised, exited non-zero or died by a signal).
+- **UNSUPPORTED**: skipped by `require()` for an undeclared capability, by
+  `CapabilityMissing`, or because the environment cannot stage a precondition (e.g. a foreign
+  uid without root).
+- **ERROR**: a setup failure, any other exception, or a rank the harness had to stop at its
+  deadline (a hang on an oversubscribed CPU is inconclusive; deadline clauses measure and
+  assert themselves).
 
 When several phases fail, the earliest decides (setup, then call, then teardown). The exit status
 of a run is non-zero iff a MUST clause is FAIL or ERROR.
