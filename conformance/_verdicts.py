@@ -29,6 +29,7 @@ teardown error after a call FAIL keeps the FAIL.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -49,6 +50,16 @@ __all__ = [
 
 # Longest message carried into the reports; the full text stays in pytest's output.
 MESSAGE_LIMIT: Final = 4000
+
+# The suite's assertion messages (``conformance/tests/_support.clause``) read
+# ``"<ID>: <requirement> -- [rank <n>: ]got <observation>"``; a rank named there is the
+# failing rank of a FAIL that no rank group raised.
+_CLAUSE_RANK_RE: Final = re.compile(r"^[A-Z]+-\d+: .*? -- rank (\d+): got ", re.DOTALL)
+# pytest's assertion rewriting appends "\nassert <expression>" to the message: the
+# clause message already says what was observed, so the reports keep the message only
+# (pytest's own output still shows the full explanation).
+_REWRITE_TAIL: Final = "\nassert "
+
 
 # Exception class names (anywhere in the MRO) the harness or fixtures may raise for a
 # missing capability; matched by name so the suite does not depend on where they live.
@@ -126,6 +137,14 @@ def _judge_group_failure(exc: BaseException) -> Judgement:
     return Judgement(Verdict.FAIL, _clip(f"{message}\n\n{exc}"), rank)
 
 
+def _judge_assertion(text: str) -> Judgement:
+    """A failed check: FAIL with the clause message, and the rank it names, if any."""
+    if re.match(r"^[A-Z]+-\d+: ", text):
+        text = text.split(_REWRITE_TAIL, 1)[0]
+    match = _CLAUSE_RANK_RE.match(text)
+    return Judgement(Verdict.FAIL, _clip(text), int(match.group(1)) if match else None)
+
+
 def judge_exception(when: str, exc: BaseException, text: str) -> Judgement:
     """The verdict for a phase that raised ``exc`` (``text`` is pytest's short repr).
 
@@ -147,7 +166,7 @@ def judge_exception(when: str, exc: BaseException, text: str) -> Judgement:
         # exception type adds nothing for a reader of the report.
         for prefix in ("AssertionError: ", "Failed: "):
             text = text.removeprefix(prefix)
-        return Judgement(Verdict.FAIL, _clip(text))
+        return _judge_assertion(text)
     return Judgement(
         Verdict.ERROR, _clip(f"{type(exc).__name__} during {when} (no verdict reached): {text}")
     )

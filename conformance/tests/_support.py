@@ -271,9 +271,16 @@ def expected_digests(seed: int, sizes: list[int], *, salt: object = "") -> list[
     return [digest(payload(seed, size, (salt, index))) for index, size in enumerate(sizes)]
 
 
-def clause(cid: str, sentence: str, got: object) -> str:
-    """An assertion message that states the clause first: ``ID: sentence -- got ...``."""
-    return f"{cid}: {sentence} -- got {got}"
+def clause(cid: str, sentence: str, got: object, *, rank: int | None = None) -> str:
+    """An assertion message that states the clause first: ``ID: sentence -- got ...``.
+
+    ``sentence`` is the requirement (what was expected), ``got`` what was observed.
+    With ``rank`` the message reads ``ID: sentence -- rank N: got ...``: the verdict
+    rules (``tpbcast.conformance._verdicts``) read that rank into the report's
+    "failing rank" column, so name it whenever one rank's observation failed the check.
+    """
+    who = "" if rank is None else f"rank {rank}: "
+    return f"{cid}: {sentence} -- {who}got {got}"
 
 
 def peers_of(result: Any) -> list[Any]:

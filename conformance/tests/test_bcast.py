@@ -32,6 +32,7 @@ def test_peers_receive_exactly_the_roots_bytes(tpbcast_run, tpbcast_impl, world_
             "BCAST-1",
             f"rank {outcome.rank} of {world_size} holds the root's bytes for sizes {SIZES}",
             [g == w for g, w in zip(outcome.value, want, strict=True)],
+            rank=outcome.rank,
         )
 
 
@@ -69,12 +70,20 @@ def test_root_other_than_zero_raises_and_moves_nothing(tpbcast_run, tpbcast_impl
     for outcome in result.outcomes:
         raised, unchanged, digest = outcome.value
         assert raised is not None and s.mentions(raised, 2), s.clause(
-            "BCAST-3", f"rank {outcome.rank}: root=2 raises an error naming the root", raised
+            "BCAST-3",
+            "root=2 raises an error naming the root",
+            raised,
+            rank=outcome.rank,
         )
         if tpbcast_impl.supports("error_details"):
-            assert raised.is_a("ValueError"), s.clause("BCAST-3", "a configuration error", raised)
+            assert raised.is_a("ValueError"), s.clause(
+                "BCAST-3", "a configuration error", raised, rank=outcome.rank
+            )
         assert unchanged and digest == want, s.clause(
-            "BCAST-3", "no byte moved: the next broadcast is intact", (unchanged, digest == want)
+            "BCAST-3",
+            "no byte moved: the next broadcast is intact",
+            (unchanged, digest == want),
+            rank=outcome.rank,
         )
 
 
@@ -95,8 +104,12 @@ def test_root_check_comes_before_the_noop_cases(tpbcast_run, tpbcast_impl):
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     for outcome in result.outcomes:
         at_tp1, empty, _ = outcome.value
-        assert at_tp1 is not None, s.clause("BCAST-4", "root=1 raises at world_size 1", None)
-        assert empty is not None, s.clause("BCAST-4", "root=1 raises for 0 bytes", None)
+        assert at_tp1 is not None, s.clause(
+            "BCAST-4", "root=1 raises at world_size 1", None, rank=outcome.rank
+        )
+        assert empty is not None, s.clause(
+            "BCAST-4", "root=1 raises for 0 bytes", None, rank=outcome.rank
+        )
 
 
 @pytest.mark.clause("BCAST-6")
@@ -153,7 +166,10 @@ def test_hundreds_of_broadcasts_stay_in_order(tpbcast_run, tpbcast_impl):
     for outcome in result.outcomes:
         bad = [i for i, (g, w) in enumerate(zip(outcome.value, want, strict=True)) if g != w]
         assert not bad, s.clause(
-            "BCAST-7", f"300 broadcasts arrive intact and in order on rank {outcome.rank}", bad[:5]
+            "BCAST-7",
+            f"300 broadcasts arrive intact and in order on rank {outcome.rank}",
+            bad[:5],
+            rank=outcome.rank,
         )
 
 
@@ -178,7 +194,10 @@ def test_several_buffers_filled_in_place(tpbcast_run, tpbcast_impl):
     for outcome in result.outcomes:
         same, kept = outcome.value
         assert all(same) and kept, s.clause(
-            "BCAST-8", f"rank {outcome.rank}: every buffer of the list is filled in place", same
+            "BCAST-8",
+            "every buffer of the list is filled in place",
+            same,
+            rank=outcome.rank,
         )
 
 
@@ -213,8 +232,9 @@ def test_torch_cpu_tensors_contiguous_or_not(tpbcast_run, tpbcast_impl):
     for outcome in result.outcomes:
         assert outcome.value == (True, True), s.clause(
             "BCAST-9",
-            f"rank {outcome.rank}: contiguous and non-contiguous CPU tensors filled in place",
+            "contiguous and non-contiguous CPU tensors filled in place",
             outcome.value,
+            rank=outcome.rank,
         )
 
 
@@ -257,9 +277,10 @@ def test_in_place_on_peers_root_payload_untouched(tpbcast_run, tpbcast_impl):
         for kind, (content, intact) in outcome.value.items():
             assert content and intact, s.clause(
                 "BCAST-10",
-                f"rank {outcome.rank}: a {kind} buffer is filled in place (root: unchanged), "
+                f"a {kind} buffer is filled in place (root: unchanged), "
                 "nothing outside it is touched",
                 (content, intact),
+                rank=outcome.rank,
             )
 
 

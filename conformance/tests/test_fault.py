@@ -98,21 +98,33 @@ def test_root_death_mid_broadcast_byte_level(tpbcast_run, tpbcast_impl):
         raised, path = outcome.value
         who = f"peer {outcome.rank}"
         assert raised is not None and raised.elapsed < 5.0, s.clause(
-            "FAULT-2", f"{who} raises promptly, well before its 30 s I/O deadline", raised
+            "FAULT-2",
+            f"{who} raises promptly, well before its 30 s I/O deadline",
+            raised,
+            rank=outcome.rank,
         )
         _assert_clean(raised, "FAULT-2", who)
         assert s.mentions(raised, size), s.clause(
-            "FAULT-2", f"{who}: the error names bytes done/total", raised
+            "FAULT-2",
+            f"{who}: the error names bytes done/total",
+            raised,
+            rank=outcome.rank,
         )
         if tpbcast_impl.supports("error_details"):
             done = size // 2 if outcome.rank == 1 else 0
             want = {"rank": outcome.rank, "peer": 0, "bytes_done": done, "bytes_total": size}
             got = {key: raised.attrs.get(key) for key in want}
             assert got == want and raised.attrs.get("phase"), s.clause(
-                "FAULT-4", f"{who}: the error carries rank/peer/phase/bytes", raised.attrs
+                "FAULT-4",
+                f"{who}: the error carries rank/peer/phase/bytes",
+                raised.attrs,
+                rank=outcome.rank,
             )
             assert raised.attrs.get("path") in (path, None), s.clause(
-                "FAULT-4", "path attribute is the socket path", raised.attrs
+                "FAULT-4",
+                "path attribute is the socket path",
+                raised.attrs,
+                rank=outcome.rank,
             )
 
 
@@ -151,7 +163,10 @@ def test_root_killed_mid_broadcast(tpbcast_run, tpbcast_impl):
     assert root.signal_name == "SIGKILL", f"the fault did not happen: {root.summary()}"
     for outcome in (peer1, peer2):
         assert s.status_of(outcome) == "OK", s.clause(
-            "FAULT-2", "no peer hangs or dies when rank 0 is killed", outcome.summary()
+            "FAULT-2",
+            "no peer hangs or dies when rank 0 is killed",
+            outcome.summary(),
+            rank=outcome.rank,
         )
     first, second = peer1.value
     assert first is None, f"peer 1's own broadcast should have completed: {first}"
@@ -330,17 +345,26 @@ def test_random_crash_schedules(tpbcast_run, tpbcast_impl, schedule):
     want = [s.digest(s.payload(result.seed, n, ("f9", i))) for i, n in enumerate(sizes)]
     for outcome in result.outcomes:
         assert s.status_of(outcome) != "TIMED_OUT", s.clause(
-            "FAULT-9", f"no rank hangs ({plan.describe()})", outcome.summary()
+            "FAULT-9",
+            f"no rank hangs ({plan.describe()})",
+            outcome.summary(),
+            rank=outcome.rank,
         )
         if s.status_of(outcome) != "OK":
             continue  # the victim
         kind, _, raised, got = outcome.value
         assert got == want[: len(got)], s.clause(
-            "FAULT-9", f"rank {outcome.rank} never accepts a wrong payload", plan.describe()
+            "FAULT-9",
+            f"rank {outcome.rank} never accepts a wrong payload",
+            plan.describe(),
+            rank=outcome.rank,
         )
         if kind == "raised":
             assert raised.elapsed <= 3 * budget + s.MARGIN, s.clause(
-                "FAULT-9", f"rank {outcome.rank} raises within its deadlines", raised
+                "FAULT-9",
+                f"rank {outcome.rank} raises within its deadlines",
+                raised,
+                rank=outcome.rank,
             )
 
 

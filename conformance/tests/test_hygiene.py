@@ -155,7 +155,10 @@ def test_signal_dispositions_left_alone(tpbcast_run, tpbcast_impl):
     for outcome in tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes:
         before, during, after = outcome.value
         assert before == during == after, s.clause(
-            "HYG-5", f"rank {outcome.rank}: no signal disposition changes", (before[1], after[1])
+            "HYG-5",
+            "no signal disposition changes",
+            (before[1], after[1]),
+            rank=outcome.rank,
         )
 
 
@@ -190,6 +193,7 @@ def test_waiting_ranks_use_almost_no_cpu(tpbcast_run, tpbcast_impl):
             "HYG-6",
             f"rank {outcome.rank} waits in the kernel (CPU {cpu:.3f}s over {wall:.2f}s)",
             cpu,
+            rank=outcome.rank,
         )
 
 
@@ -210,5 +214,8 @@ def test_no_threads_outlive_reset(tpbcast_run, tpbcast_impl):
     for outcome in tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes:
         before, after = outcome.value
         assert before == after, s.clause(
-            "HYG-7", f"rank {outcome.rank}: (python, native) threads after reset", (before, after)
+            "HYG-7",
+            "(python, native) threads after reset",
+            (before, after),
+            rank=outcome.rank,
         )

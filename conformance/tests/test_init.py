@@ -73,16 +73,26 @@ def test_path_of_107_bytes_works_and_108_is_rejected(tpbcast_run, tpbcast_impl):
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     for outcome in result.outcomes:
         raised, untouched, digest, bad = outcome.value
-        who = f"rank {outcome.rank}"
-        assert raised is not None, s.clause("INIT-2", f"{who}: a 108-byte path is rejected", None)
+        assert raised is not None, s.clause(
+            "INIT-2", "a 108-byte path is rejected", None, rank=outcome.rank
+        )
         assert raised.elapsed < s.SHORT and untouched, s.clause(
-            "INIT-2", f"{who}: the length is checked before bind/connect", raised
+            "INIT-2",
+            "the length is checked before bind/connect",
+            raised,
+            rank=outcome.rank,
         )
         assert s.mentions(raised, 108) and bad in raised.message, s.clause(
-            "INIT-2", f"{who}: the error names the path and its length", raised.message
+            "INIT-2",
+            "the error names the path and its length",
+            raised.message,
+            rank=outcome.rank,
         )
         assert digest == s.expected_digests(result.seed, [33], salt="chk"), s.clause(
-            "INIT-2", "a 107-byte path works", digest
+            "INIT-2",
+            "a 107-byte path works",
+            digest,
+            rank=outcome.rank,
         )
 
 
@@ -127,12 +137,20 @@ def test_identical_reinit_is_a_noop(tpbcast_run, tpbcast_impl, world):
     for outcome in result.outcomes:
         raised, same, digest, initialized = outcome.value
         assert raised is None and initialized, s.clause(
-            "INIT-4", f"identical re-init on rank {outcome.rank} (world {world}) is a no-op", raised
+            "INIT-4",
+            f"identical re-init on rank {outcome.rank} (world {world}) is a no-op",
+            raised,
+            rank=outcome.rank,
         )
-        assert same, s.clause("INIT-4", "identical re-init opens and closes no socket", same)
+        assert same, s.clause(
+            "INIT-4", "identical re-init opens and closes no socket", same, rank=outcome.rank
+        )
         if world > 1:
             assert digest == s.expected_digests(result.seed, [33], salt="chk"), s.clause(
-                "INIT-4", "the group still works after the re-init", digest
+                "INIT-4",
+                "the group still works after the re-init",
+                digest,
+                rank=outcome.rank,
             )
 
 
@@ -154,13 +172,22 @@ def test_different_reinit_raises_and_keeps_the_group(tpbcast_run, tpbcast_impl):
     for outcome in result.outcomes:
         (path_change, size_change), other, digest = outcome.value
         assert path_change is not None and size_change is not None, s.clause(
-            "INIT-5", "re-init with other values raises", (path_change, size_change)
+            "INIT-5",
+            "re-init with other values raises",
+            (path_change, size_change),
+            rank=outcome.rank,
         )
         assert other in path_change.message and result.workdir in path_change.message, s.clause(
-            "INIT-5", "the mismatch error names the old and the new base path", path_change
+            "INIT-5",
+            "the mismatch error names the old and the new base path",
+            path_change,
+            rank=outcome.rank,
         )
         assert digest == s.expected_digests(result.seed, [33], salt="chk"), s.clause(
-            "INIT-5", "the existing group stays usable", digest
+            "INIT-5",
+            "the existing group stays usable",
+            digest,
+            rank=outcome.rank,
         )
 
 
@@ -185,7 +212,10 @@ def test_peer_started_first_retries_until_rank0_listens(tpbcast_run, tpbcast_imp
     assert result.outcomes[0].value[0] is False, "the fault did not happen: a socket existed"
     for outcome in result.outcomes:
         assert outcome.value[1] == s.expected_digests(result.seed, [33], salt="chk"), s.clause(
-            "INIT-6", "a peer started before rank 0 bootstraps normally", outcome.value[1]
+            "INIT-6",
+            "a peer started before rank 0 bootstraps normally",
+            outcome.value[1],
+            rank=outcome.rank,
         )
 
 
@@ -438,10 +468,16 @@ def test_initialize_on_one_thread_broadcast_on_another(tpbcast_run, tpbcast_impl
     for outcome in result.outcomes:
         init, bcast, digest = outcome.value
         assert init is None and bcast is None, s.clause(
-            "INIT-14", "initialize on one thread, broadcast on another", (init, bcast)
+            "INIT-14",
+            "initialize on one thread, broadcast on another",
+            (init, bcast),
+            rank=outcome.rank,
         )
         assert digest == s.expected_digests(result.seed, [33], salt="chk"), s.clause(
-            "INIT-14", "the other thread sees the whole initialized state", digest
+            "INIT-14",
+            "the other thread sees the whole initialized state",
+            digest,
+            rank=outcome.rank,
         )
 
 

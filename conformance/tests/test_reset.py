@@ -23,8 +23,12 @@ def test_reset_is_idempotent(tpbcast_run, tpbcast_impl):
 
     for outcome in tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes:
         fresh, again = outcome.value
-        assert fresh == [None] * 3, s.clause("RESET-1", "reset on a fresh instance", fresh)
-        assert again == [None] * 3, s.clause("RESET-1", "reset three times in a row", again)
+        assert fresh == [None] * 3, s.clause(
+            "RESET-1", "reset on a fresh instance", fresh, rank=outcome.rank
+        )
+        assert again == [None] * 3, s.clause(
+            "RESET-1", "reset three times in a row", again, rank=outcome.rank
+        )
 
 
 @pytest.mark.clause("RESET-2", "RESET-3", "RESET-4", "HYG-3")
@@ -51,13 +55,21 @@ def test_reset_closes_fds_removes_socket_and_uninitializes(tpbcast_run, tpbcast_
         opened, leaked, _, initialized, raised = outcome.value
         assert opened, f"rank {outcome.rank} opened no fd at all: nothing to judge"
         assert not leaked, s.clause(
-            "RESET-2", f"rank {outcome.rank}: reset closes every fd it opened", leaked
+            "RESET-2",
+            "reset closes every fd it opened",
+            leaked,
+            rank=outcome.rank,
         )
         assert not initialized and raised is not None, s.clause(
-            "RESET-4", "after reset: not initialized, broadcast raises", (initialized, raised)
+            "RESET-4",
+            "after reset: not initialized, broadcast raises",
+            (initialized, raised),
+            rank=outcome.rank,
         )
         if tpbcast_impl.supports("error_details"):
-            assert raised.is_a("RuntimeError"), s.clause("RESET-4", "not-initialized", raised)
+            assert raised.is_a("RuntimeError"), s.clause(
+                "RESET-4", "not-initialized", raised, rank=outcome.rank
+            )
     assert result.outcomes[0].value[2] == "missing", s.clause(
         "RESET-3", "no file remains at the rank-0 socket path", result.outcomes[0].value[2]
     )
@@ -95,10 +107,16 @@ def test_reinit_after_reset_same_and_new_path(tpbcast_run, tpbcast_impl):
         got = outcome.value
         if outcome.rank < 2:
             assert got[:2] == pair, s.clause(
-                "RESET-5", "re-init with the same arguments after reset works", got[:2]
+                "RESET-5",
+                "re-init with the same arguments after reset works",
+                got[:2],
+                rank=outcome.rank,
             )
         assert got == want, s.clause(
-            "RESET-6", "re-init with a new path and world size after reset works", got
+            "RESET-6",
+            "re-init with a new path and world size after reset works",
+            got,
+            rank=outcome.rank,
         )
 
 
@@ -205,5 +223,6 @@ def test_generation_counts_every_reset(tpbcast_run, tpbcast_impl):
                 "RESET-9",
                 "generation: +1 per reset (also uninitialized), unchanged by initialize",
                 outcome.value,
+                rank=outcome.rank,
             )
         )

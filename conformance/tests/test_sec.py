@@ -313,7 +313,7 @@ def test_every_fd_is_close_on_exec(tpbcast_run, tpbcast_impl, world_size):
     for outcome in tpbcast_run(target, timeout=s.GROUP_TIMEOUT).outcomes:
         count, bad = outcome.value
         assert count >= 1, f"rank {outcome.rank} opened no socket: nothing to judge"
-        assert not bad, s.clause("SEC-11", f"rank {outcome.rank}: every fd is CLOEXEC", bad)
+        assert not bad, s.clause("SEC-11", "every fd is CLOEXEC", bad, rank=outcome.rank)
 
 
 @pytest.mark.clause("SEC-12")
@@ -336,7 +336,10 @@ def test_two_groups_in_one_directory(tpbcast_run, tpbcast_impl):
         group = outcome.rank // 2
         want = s.expected_digests(result.seed, sizes, salt=("g", group))
         assert outcome.value == want, s.clause(
-            "SEC-12", f"group {group} in the shared dir sees only its own bytes", outcome.rank
+            "SEC-12",
+            f"group {group} in the shared dir sees only its own bytes",
+            f"digests {outcome.value}, want {want}",
+            rank=outcome.rank,
         )
 
 

@@ -192,33 +192,49 @@ def test_setup_failure_is_error(suite):
     assert _verdicts(doc)["INIT-1"] == "ERROR"
 
 
+def _run_init1(suite, body):
+    """Run PASSING with INIT-1's test replaced by ``body`` (which gets ``tpbcast_run``)."""
+    source = PASSING.replace("def test_init1():\n    pass", "def test_init1(tpbcast_run):\n" + body)
+    result, doc = suite(source)
+    return result, next(c for c in doc["clauses"] if c["id"] == "INIT-1")
+
+
 def test_rank_failure_is_fail_with_failing_rank(suite):
-    source = PASSING.replace(
-        "def test_init1():\n    pass",
-        "def test_init1(tpbcast_run):\n"
+    result, clause = _run_init1(
+        suite,
         "    def target(ctx):\n"
         "        assert ctx.rank != 1, 'INIT-1: rank 1 disagrees'\n"
         "    tpbcast_run(target, 2)\n",
     )
-    result, doc = suite(source)
-    clause = next(c for c in doc["clauses"] if c["id"] == "INIT-1")
     assert clause["verdict"] == "FAIL" and clause["failing_rank"] == 1, clause
     assert "rank 1" in clause["message"]
     assert result.ret == 1
 
 
+def test_assertion_naming_a_rank_is_fail_with_that_rank(suite):
+    """A check in the test body that names a rank (``_support.clause(..., rank=n)``)."""
+    result, clause = _run_init1(
+        suite,
+        "    observed = 3\n"
+        "    assert observed == 4, 'INIT-1: four slots are filled -- rank 2: got 3'\n",
+    )
+    assert clause["verdict"] == "FAIL" and clause["failing_rank"] == 2, clause
+    assert clause["message"] == "INIT-1: four slots are filled -- rank 2: got 3", (
+        "the report keeps the clause message without pytest's re-explanation",
+        clause["message"],
+    )
+    assert result.ret == 1
+
+
 def test_hung_rank_is_error_not_fail(suite):
-    source = PASSING.replace(
-        "def test_init1():\n    pass",
-        "def test_init1(tpbcast_run):\n"
+    result, clause = _run_init1(
+        suite,
         "    import threading\n"
         "    def target(ctx):\n"
         "        if ctx.rank == 1:\n"
         "            threading.Event().wait(60)\n"
         "    tpbcast_run(target, 2, timeout=1.0)\n",
     )
-    result, doc = suite(source)
-    clause = next(c for c in doc["clauses"] if c["id"] == "INIT-1")
     assert clause["verdict"] == "ERROR" and clause["failing_rank"] == 1, clause
     assert "inconclusive" in clause["message"]
     assert result.ret == 1, "a MUST clause that could not be judged fails the run"
