@@ -266,6 +266,33 @@ def group_roundtrip(
     return out
 
 
+def fail_init_then_broadcast(
+    ctx: Any, impl: Any, *, bad_rank: int, after: int
+) -> tuple[Raised | None, Raised | None, Any]:
+    """Two failures on one instance of a 2-rank group, each followed by ``reset()``.
+
+    Rank 0 runs the implementation: its initialize fails (rank 1 is a rogue that announces
+    ``bad_rank``), reset, initialize again, its broadcast fails (the rogue closes after
+    ``after`` payload bytes), reset; then it notifies ``"failures_done"``.  Returns
+    ``(failed_init, failed_bcast, bcast)`` on rank 0, for the caller to prove both faults
+    happened (neither is None) and go on with ``bcast``; ``(None, None, None)`` on rank 1.
+    """
+    if ctx.rank == 0:
+        bcast = make(impl, init=10.0, io=10.0)
+        failed_init = attempt(bcast.initialize, 0, 2, ctx.base_path)
+        bcast.reset()
+        ctx.notify("again")
+        bcast.initialize(0, 2, ctx.base_path)
+        failed_bcast = attempt(bcast.broadcast, bytearray(4 * MiB))
+        bcast.reset()
+        ctx.notify("failures_done")
+        return failed_init, failed_bcast, bcast
+    rogue_peer("announce", rank=bad_rank, observe=OBSERVE)(ctx)
+    ctx.wait("again", timeout=15)
+    rogue_peer("close_mid_payload", rank=1, after=after)(ctx)
+    return None, None, None
+
+
 def expected_digests(seed: int, sizes: list[int], *, salt: object = "") -> list[str]:
     """What :func:`group_roundtrip` must return on every rank."""
     return [digest(payload(seed, size, (salt, index))) for index, size in enumerate(sizes)]

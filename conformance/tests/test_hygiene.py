@@ -12,7 +12,6 @@ import time
 import pytest
 
 from . import _support as s
-from ._support import rogue_peer
 
 
 def _lifecycle(ctx, impl):
@@ -39,19 +38,8 @@ def test_normal_life_leaves_nothing(tpbcast_run, tpbcast_impl, world_size):
 @pytest.mark.clause("HYG-1", "HYG-2", "HYG-3")
 def test_failed_initialize_and_broadcast_leave_nothing(tpbcast_run, tpbcast_impl):
     def target(ctx):
-        if ctx.rank == 0:
-            bcast = s.make(tpbcast_impl, init=10.0, io=10.0)
-            failed = s.attempt(bcast.initialize, 0, 2, ctx.base_path)
-            bcast.reset()
-            ctx.notify("again")
-            bcast.initialize(0, 2, ctx.base_path)
-            broken = s.attempt(bcast.broadcast, bytearray(4 * s.MiB))
-            bcast.reset()
-            return failed is not None, broken is not None
-        rogue_peer("announce", rank=0, observe=s.OBSERVE)(ctx)
-        ctx.wait("again", timeout=15)
-        rogue_peer("close_mid_payload", rank=1, after=0)(ctx)
-        return None
+        failed, broken, _ = s.fail_init_then_broadcast(ctx, tpbcast_impl, bad_rank=0, after=0)
+        return (failed is not None, broken is not None) if ctx.rank == 0 else None
 
     result = tpbcast_run(target, 2, check_fds=True, timeout=s.GROUP_TIMEOUT)
     assert result.outcomes[0].value == (True, True), "the faults did not happen"

@@ -7,7 +7,6 @@ import pytest
 from tpbcast.conformance.plugin import require
 
 from . import _support as s
-from ._support import rogue_peer
 
 WANT = [64]
 
@@ -167,23 +166,15 @@ def test_root_sees_peer_reset_as_closed(tpbcast_run, tpbcast_impl):
 @pytest.mark.clause("RESET-8")
 def test_reset_then_reinit_after_failed_initialize_and_broadcast(tpbcast_run, tpbcast_impl):
     def target(ctx):
+        failed_init, failed_bcast, bcast = s.fail_init_then_broadcast(
+            ctx, tpbcast_impl, bad_rank=5, after=10
+        )
         if ctx.rank == 0:
-            bcast = s.make(tpbcast_impl, init=10.0, io=10.0)
-            failed_init = s.attempt(bcast.initialize, 0, 2, ctx.base_path)
-            bcast.reset()
-            ctx.notify("round2")
-            bcast.initialize(0, 2, ctx.base_path)
-            failed_bcast = s.attempt(bcast.broadcast, bytearray(4 * s.MiB))
-            bcast.reset()
-            ctx.notify("round3")
             bcast.initialize(0, 2, ctx.base_path)
             digest = s.group_roundtrip(ctx, bcast, WANT)
             bcast.reset()
             return failed_init, failed_bcast, digest
-        rogue_peer("announce", rank=5, observe=s.OBSERVE)(ctx)
-        ctx.wait("round2", timeout=15)
-        rogue_peer("close_mid_payload", rank=1, after=10)(ctx)
-        ctx.wait("round3", timeout=15)
+        ctx.wait("failures_done", timeout=15)
         bcast = s.make(tpbcast_impl)
         bcast.initialize(1, 2, ctx.base_path)
         digest = s.group_roundtrip(ctx, bcast, WANT)
