@@ -11,10 +11,17 @@ import pytest
 from . import _support as s
 from ._support import rogue_peer, rogue_root
 
+_CHECK_SIZES = [33]
 
-def _check_group(ctx, bcast, salt="chk"):
+
+def _check_group(ctx, bcast):
     """One small broadcast through an initialized group; returns the peer's digest."""
-    return s.group_roundtrip(ctx, bcast, [33], salt=salt)
+    return s.group_roundtrip(ctx, bcast, _CHECK_SIZES, salt="chk")
+
+
+def _check_group_want(seed):
+    """What :func:`_check_group` returns on every rank of a working group."""
+    return s.expected_digests(seed, _CHECK_SIZES, salt="chk")
 
 
 @pytest.mark.clause("INIT-1")
@@ -88,7 +95,7 @@ def test_path_of_107_bytes_works_and_108_is_rejected(tpbcast_run, tpbcast_impl):
             raised.message,
             rank=outcome.rank,
         )
-        assert digest == s.expected_digests(result.seed, [33], salt="chk"), s.clause(
+        assert digest == _check_group_want(result.seed), s.clause(
             "INIT-2",
             "a 107-byte path works",
             digest,
@@ -146,7 +153,7 @@ def test_identical_reinit_is_a_noop(tpbcast_run, tpbcast_impl, world):
             "INIT-4", "identical re-init opens and closes no socket", same, rank=outcome.rank
         )
         if world > 1:
-            assert digest == s.expected_digests(result.seed, [33], salt="chk"), s.clause(
+            assert digest == _check_group_want(result.seed), s.clause(
                 "INIT-4",
                 "the group still works after the re-init",
                 digest,
@@ -183,7 +190,7 @@ def test_different_reinit_raises_and_keeps_the_group(tpbcast_run, tpbcast_impl):
             path_change,
             rank=outcome.rank,
         )
-        assert digest == s.expected_digests(result.seed, [33], salt="chk"), s.clause(
+        assert digest == _check_group_want(result.seed), s.clause(
             "INIT-5",
             "the existing group stays usable",
             digest,
@@ -203,15 +210,23 @@ def test_peer_started_first_retries_until_rank0_listens(tpbcast_run, tpbcast_imp
         else:
             present = None
             ctx.notify("peer_started")
+        # CLOCK_MONOTONIC is host-wide: the two ranks' stamps compare.
+        entered = time.monotonic()
         bcast.initialize(ctx.rank, 2, ctx.base_path)
         digest = _check_group(ctx, bcast)
         bcast.reset()
-        return present, digest
+        return present, digest, entered
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
-    assert result.outcomes[0].value[0] is False, "the fault did not happen: a socket existed"
+    present, _, root_entered = result.outcomes[0].value
+    peer_entered = result.outcomes[1].value[2]
+    assert present is False and peer_entered < root_entered, (
+        "the fault did not happen: the peer must call initialize before rank 0 does and "
+        f"find no socket (socket there: {present}, peer entered "
+        f"{root_entered - peer_entered:.3f}s before rank 0)"
+    )
     for outcome in result.outcomes:
-        assert outcome.value[1] == s.expected_digests(result.seed, [33], salt="chk"), s.clause(
+        assert outcome.value[1] == _check_group_want(result.seed), s.clause(
             "INIT-6",
             "a peer started before rank 0 bootstraps normally",
             outcome.value[1],
@@ -369,7 +384,7 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
     assert not initialized, s.clause("INIT-12", "false after a failed initialize", initialized)
     assert not leaked, s.clause("INIT-11", "every fd it opened is closed", leaked)
     assert leftover == "missing", s.clause("INIT-11", "the socket file is removed", leftover)
-    want = s.expected_digests(result.seed, [33], salt="chk")
+    want = _check_group_want(result.seed)
     assert digest == want and result.outcomes[1].value[1] == want, s.clause(
         "INIT-11", "a retry without reset works", digest
     )
@@ -405,7 +420,7 @@ def test_failed_initialize_cleans_up_and_retry_works_peer(tpbcast_run, tpbcast_i
     assert not initialized and not leaked, s.clause(
         "INIT-11", "a failed peer initialize leaves no fd and is uninitialized", leaked
     )
-    assert digest == s.expected_digests(result.seed, [33], salt="chk"), s.clause(
+    assert digest == _check_group_want(result.seed), s.clause(
         "INIT-11", "the peer's retry without reset works", digest
     )
 
@@ -473,7 +488,7 @@ def test_initialize_on_one_thread_broadcast_on_another(tpbcast_run, tpbcast_impl
             (init, bcast),
             rank=outcome.rank,
         )
-        assert digest == s.expected_digests(result.seed, [33], salt="chk"), s.clause(
+        assert digest == _check_group_want(result.seed), s.clause(
             "INIT-14",
             "the other thread sees the whole initialized state",
             digest,
