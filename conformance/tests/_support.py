@@ -240,6 +240,35 @@ def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.
         time.sleep(interval)
 
 
+def _task_wait(tid: int) -> tuple[str, str] | None:
+    """``(state, wchan)`` of thread ``tid`` of this process, None if it is gone."""
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/self/task/{tid}/wchan") as fh:
+            wchan = fh.read().strip()
+    except (OSError, IndexError):
+        return None
+    return state, wchan
+
+
+def wait_until_blocked(thread: Any, timeout: float = 10.0) -> bool:
+    """Poll until ``thread`` sleeps in the kernel on something other than a lock.
+
+    A call blocked in I/O (recv, poll, send: state ``S`` with a wchan that is not a
+    futex, which is what a GIL or lock wait shows) is in flight.  This replaces "start
+    the thread and sleep 0.2 s", which on a loaded machine may fire before the call has
+    even begun, so the test would judge something else.  Returns False at ``timeout``.
+    """
+    tid = thread.native_id
+
+    def blocked() -> bool:
+        seen = _task_wait(tid)
+        return seen is not None and seen[0] == "S" and "futex" not in seen[1]
+
+    return wait_for(blocked, timeout)
+
+
 def group_roundtrip(
     ctx: Any,
     bcast: Any,

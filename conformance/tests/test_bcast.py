@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -404,16 +403,14 @@ def test_reset_from_another_thread_during_broadcast(tpbcast_run, tpbcast_impl):
         bcast = s.make(tpbcast_impl, io=s.OBSERVE + 5)
         bcast.initialize(1, 2, ctx.base_path)
         out = {}
-        started = threading.Event()
 
         def blocked():
-            started.set()
             out["raised"] = s.attempt(bcast.broadcast, bytearray(1 << 16))
 
         thread = threading.Thread(target=blocked, daemon=True)
         thread.start()
-        started.wait(5)
-        time.sleep(0.2)  # the fault: reset lands while the broadcast is blocked
+        # The fault: reset lands while the broadcast is blocked reading from the root.
+        in_flight = s.wait_until_blocked(thread, 10)
         reset_raised = s.attempt(bcast.reset)
         rd, wr = os.pipe()
         os.write(wr, b"0123456789")
@@ -426,11 +423,12 @@ def test_reset_from_another_thread_during_broadcast(tpbcast_run, tpbcast_impl):
             left = b""
         os.close(rd)
         os.close(wr)
-        return reset_raised, alive, out.get("raised"), left
+        return in_flight, reset_raised, alive, out.get("raised"), left
 
-    reset_raised, alive, raised, left = (
+    in_flight, reset_raised, alive, raised, left = (
         tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT + 10).outcomes[1].value
     )
+    assert in_flight, "the fault did not happen: the broadcast never blocked in the kernel"
     assert reset_raised is None and not alive, s.clause(
         "BCAST-14", "reset returns and the in-flight broadcast ends", (reset_raised, alive)
     )
@@ -450,16 +448,15 @@ def test_concurrent_broadcast_refused_with_a_clear_error(tpbcast_run, tpbcast_im
             return rogue_root("recording", payloads=[], observe=1.5)(ctx)
         bcast = s.make(tpbcast_impl, io=10.0)
         bcast.initialize(1, 2, ctx.base_path)
-        started = threading.Event()
 
         def blocked():
-            started.set()
             s.attempt(bcast.broadcast, bytearray(64))
 
         first = threading.Thread(target=blocked, daemon=True)
         first.start()
-        started.wait(5)
-        time.sleep(0.2)  # the fault: the second call lands while the first is blocked
+        # The fault: the second call lands while the first is blocked.
+        if not s.wait_until_blocked(first, 10):
+            return None
         second: dict[str, object] = {}
         racer = threading.Thread(
             target=lambda: second.setdefault("raised", s.attempt(bcast.broadcast, bytearray(8))),
@@ -473,7 +470,9 @@ def test_concurrent_broadcast_refused_with_a_clear_error(tpbcast_run, tpbcast_im
         bcast.reset()
         return refused, second.get("raised")
 
-    refused, raised = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
+    seen = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
+    assert seen is not None, "the fault did not happen: the first broadcast never blocked"
+    refused, raised = seen
     if not refused or raised is None:
         raise Unsupported("UNSUPPORTED: the implementation does not refuse a concurrent broadcast")
     words = ("concurren", "re-entrant", "reentrant", "in progress", "in flight", "running", "busy")
