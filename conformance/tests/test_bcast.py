@@ -384,7 +384,9 @@ def test_failed_peer_broadcast_poisons_until_reset(tpbcast_run, tpbcast_impl):
         bcast.reset()
         return first, second, took
 
-    first, second, took = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
+    result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
+    report, (first, second, took) = result.outcomes[0].value, result.outcomes[1].value
+    assert report.did("die"), f"the fault did not happen: {report.actions}"
     assert first is not None, s.clause("BCAST-13", "a cut-off broadcast fails", None)
     assert second is not None and took < 1.0, s.clause(
         "BCAST-13", "a peer's next broadcast raises at once until reset", (second, took)

@@ -195,8 +195,13 @@ def test_error_attributes_on_a_dead_peer(tpbcast_run, tpbcast_impl, tpbcast_faul
     result = tpbcast_run(
         target, 2, faults=tpbcast_faults, fail_fast=False, expect_failure=True, timeout=20
     )
+    assert result.outcomes[1].signal_name == "SIGKILL", (
+        f"the fault did not happen: {result.outcomes[1].summary()}"
+    )
     raised = result.outcomes[0].value
-    assert raised is not None, "the root's broadcast to a dead peer did not fail"
+    assert raised is not None, s.clause(
+        "FAULT-4", "the root's broadcast to a dead peer fails", "it returned", rank=0
+    )
     attrs = raised.attrs
     want = {"rank": 0, "peer": 1, "bytes_total": size}
     assert {k: attrs.get(k) for k in want} == want, s.clause(
@@ -222,8 +227,12 @@ def test_probe_read_failure_says_closed(tpbcast_run, tpbcast_impl):
         bcast = s.make(tpbcast_impl, init=10.0)
         return s.attempt(bcast.initialize, 1, 2, ctx.base_path)
 
-    raised = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
-    assert raised is not None, "the peer took a missing probe"
+    result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
+    report, raised = result.outcomes[0].value, result.outcomes[1].value
+    assert report.did("withhold_probe"), f"the fault did not happen: {report.actions}"
+    assert raised is not None, s.clause(
+        "FAULT-5", "a peer whose root closes instead of probing fails", "it returned", rank=1
+    )
     text = raised.message.lower()
     assert any(w in text for w in ("clos", "eof", "reset")), s.clause(
         "FAULT-5", "a probe read that hit EOF says the read failed (closed)", raised
@@ -268,7 +277,11 @@ def test_peer_dying_during_bootstrap_fails_rank0_promptly(tpbcast_run, tpbcast_i
         bcast.reset()
         return raised
 
-    raised = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT).outcomes[0].value
+    result = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT)
+    raised, report = result.outcomes[0].value, result.outcomes[1].value
+    assert report.did("send") and report.did("close"), (
+        f"the fault did not happen (peer 1 must announce itself, then close): {report.actions}"
+    )
     assert raised is not None and raised.elapsed < 3.0, s.clause(
         "FAULT-7",
         "rank 0 fails promptly (not at its 6 s init deadline) when connected peer 1 dies",
