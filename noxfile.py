@@ -69,6 +69,16 @@ def coverage(session: nox.Session) -> None:
         "tests",
         *session.posargs,
     )
+    # The suite against the reference counts too: it is what exercises the suite's own
+    # tests and the reference's fault paths through forked ranks.
+    session.run(
+        "coverage",
+        "run",
+        "-m",
+        "tpbcast.conformance",
+        "--report-dir",
+        "reports/coverage-conformance",
+    )
     session.run("coverage", "combine")
     session.run("coverage", "report")
     session.run("coverage", "html", "-d", "reports/coverage")
