@@ -1,0 +1,25 @@
+"""The README's example test file runs and passes, so the front page cannot rot."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+
+
+def test_readme_has_the_example() -> None:
+    assert any("def test_" in block for block in _python_blocks())
+
+
+def test_readme_example_passes(pytester: pytest.Pytester) -> None:
+    (example,) = [block for block in _python_blocks() if "def test_" in block]
+    pytester.makepyfile(test_readme_example=example)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=example.count("world_size(2, 4)") + 3)
