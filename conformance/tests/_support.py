@@ -327,6 +327,25 @@ def expected_digests(seed: int, sizes: list[int], *, salt: object = "") -> list[
     return [digest(payload(seed, size, (salt, index))) for index, size in enumerate(sizes)]
 
 
+class PreconditionError(RuntimeError):
+    """A test could not stage what it judges (its fault did not happen): no verdict.
+
+    Deliberately not an ``AssertionError``: the verdict rules map it to ERROR
+    (inconclusive), never to FAIL (the implementation was not shown wrong) nor PASS; a
+    MUST clause with an ERROR still fails the run.
+    """
+
+
+def precondition(holds: object, what: str) -> None:
+    """Raise :class:`PreconditionError` naming ``what`` unless ``holds``.
+
+    Every fault test calls this on the proof that its fault happened before it judges
+    the implementation's reaction.
+    """
+    if not holds:
+        raise PreconditionError(f"precondition not met, nothing judged: {what}")
+
+
 def clause(cid: str, sentence: str, got: object, *, rank: int | None = None) -> str:
     """An assertion message that states the clause first: ``ID: sentence -- got ...``.
 

@@ -410,12 +410,6 @@ def test_no_broadcaster_side_effects_when_ineligible(observed):
         )
 
 
-def _precondition(holds, what):
-    """A staging step that did not happen makes the check inconclusive (ERROR), not FAIL."""
-    if not holds:
-        raise RuntimeError(f"precondition not met: {what}")
-
-
 def _step(view, key, cid):
     """One step's observation; a scenario that crashed before it fails the clause."""
     assert key in view, s.clause(
@@ -428,15 +422,15 @@ def _step(view, key, cid):
 def test_repeated_bootstrap_has_no_side_effects(observed):
     for rank, view in _both(observed, "repeat"):
         first = _step(view, "first", "FALLBACK-15")
-        _precondition(
+        s.precondition(
             first["raised"] is None and first["path"] == "uds",
             f"rank {rank}: the first bootstrap brought UDS up ({first['raised']}, {first['path']})",
         )
-        _precondition(first["changes"], f"rank {rank}: the first bootstrap changed something")
+        s.precondition(first["changes"], f"rank {rank}: the first bootstrap changed something")
         if rank == 0:
-            _precondition(view["first_socket"] == "socket", "rank 0 listens after bootstrap")
+            s.precondition(view["first_socket"] == "socket", "rank 0 listens after bootstrap")
         path, ok, _ = _step(view, "first_roundtrip", "FALLBACK-15")
-        _precondition(path == "uds" and ok, f"rank {rank}: data flows over UDS ({path}, {ok})")
+        s.precondition(path == "uds" and ok, f"rank {rank}: data flows over UDS ({path}, {ok})")
         for label, how in (("again", "the same call"), ("agreeing", "agreeing explicit ranks")):
             seen = _step(view, label, "FALLBACK-15")
             assert seen["raised"] is None, s.clause(
@@ -493,7 +487,7 @@ def test_explicit_ranks_are_not_silently_overwritten(observed):
         wrong_tp = len(views) - 1 - rank
         cid = "FALLBACK-16"
         first = _step(repeat, "first", cid)
-        _precondition(first["path"] == "uds", f"rank {rank}: a bootstrap stands before the check")
+        s.precondition(first["path"] == "uds", f"rank {rank}: a bootstrap stands before the check")
         for where, explicit in (
             ("before bootstrap", fresh),
             ("standing bootstrap", _step(repeat, "explicit", cid)),

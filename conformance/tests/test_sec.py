@@ -187,7 +187,9 @@ def test_peer_of_another_uid_is_rejected(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT)
     euid, report = result.outcomes[1].value
-    assert euid == NOBODY and report.did("connect"), f"the fault did not happen: {report.actions}"
+    s.precondition(
+        euid == NOBODY and report.did("connect"), f"the fault did not happen: {report.actions}"
+    )
     assert report.probe != 0x5A and report.reaction.value != "open", s.clause(
         "SEC-6", "a peer of uid 65534 is dropped and never gets the probe", report
     )
@@ -312,7 +314,7 @@ def test_every_fd_is_close_on_exec(tpbcast_run, tpbcast_impl, world_size):
 
     for outcome in tpbcast_run(target, timeout=s.GROUP_TIMEOUT).outcomes:
         count, bad = outcome.value
-        assert count >= 1, f"rank {outcome.rank} opened no socket: nothing to judge"
+        s.precondition(count >= 1, f"rank {outcome.rank} opened no socket: nothing to judge")
         assert not bad, s.clause("SEC-11", "every fd is CLOEXEC", bad, rank=outcome.rank)
 
 

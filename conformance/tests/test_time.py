@@ -123,7 +123,7 @@ def test_probe_that_never_comes(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     report, raised = result.outcomes[0].value, result.outcomes[1].value
-    assert report.did("withhold_probe"), f"the fault did not happen: {report.actions}"
+    s.precondition(report.did("withhold_probe"), f"the fault did not happen: {report.actions}")
     _in_window(raised, s.SHORT, "TIME-4", "a peer waiting for a probe that never comes")
     assert report.links[0].reaction.value != "open", s.clause(
         "TIME-4", "the peer gives up its connection", report.links[0].reaction
@@ -148,7 +148,7 @@ def test_peer_that_stops_reading(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     raised, report = result.outcomes[0].value, result.outcomes[1].value
-    assert report.did("stall"), f"the fault did not happen: {report.actions}"
+    s.precondition(report.did("stall"), f"the fault did not happen: {report.actions}")
     _in_window(raised, s.SHORT, "TIME-5", "a root writing to a peer that stopped reading")
     if tpbcast_impl.supports("error_details"):
         assert raised.is_a("TimeoutError"), s.clause("TIME-5", "a timeout error", raised)
@@ -192,7 +192,7 @@ def test_root_that_stops_writing(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     root, raised = result.outcomes[0], result.outcomes[1].value
-    assert root.value == 4 and root.faults, f"the fault did not happen: {root.summary()}"
+    s.precondition(root.value == 4 and root.faults, f"the fault did not happen: {root.summary()}")
     _in_window(raised, s.SHORT, "TIME-5", "a peer whose root stopped writing")
     if tpbcast_impl.supports("error_details"):
         attrs = raised.attrs
@@ -335,7 +335,7 @@ def test_io_deadline_bounds_the_whole_call(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT + 10)
     raised, got = result.outcomes[0].value, result.outcomes[1].value
-    assert got > 0, "the trickle never started"
+    s.precondition(got > 0, "the trickle never started")
     _in_window(raised, io, "TIME-8", "a broadcast to a trickling reader")
 
 
@@ -384,7 +384,7 @@ def test_signals_neither_break_nor_extend_waits(tpbcast_run, tpbcast_impl):
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     for outcome in result.outcomes:
         sent, intact = outcome.value
-        assert sent > 10, "the signal storm did not happen"
+        s.precondition(sent > 10, "the signal storm did not happen")
         assert intact, s.clause(
             "TIME-9",
             "initialize and broadcast survive a SIGUSR1 storm (EINTR)",
@@ -418,7 +418,7 @@ def test_signals_do_not_extend_the_deadline(tpbcast_run, tpbcast_impl):
         return raised, len(sent)
 
     raised, sent = tpbcast_run(target, 1, timeout=s.GROUP_TIMEOUT).outcomes[0].value
-    assert sent > 10, "the signal storm did not happen"
+    s.precondition(sent > 10, "the signal storm did not happen")
     _in_window(raised, s.SHORT, "TIME-9", "an initialize under a signal storm")
 
 
@@ -434,7 +434,9 @@ def test_peer_bootstrap_bounded_when_root_never_accepts(tpbcast_run, tpbcast_imp
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     report, raised = result.outcomes[0].value, result.outcomes[1].value
-    assert report.links, f"the fault did not happen (no peer reached the root): {report.actions}"
+    s.precondition(
+        report.links, f"the fault did not happen (no peer reached the root): {report.actions}"
+    )
     assert raised is not None and raised.elapsed <= 2 * s.SHORT + s.MARGIN, s.clause(
         "TIME-10",
         "a peer whose rank 0 never accepts fails within its connect + init deadlines "

@@ -398,3 +398,17 @@ def test_suite_kills_mutants_of_the_reference(tmp_path, mutant, clause):
     doc = json.loads((tmp_path / "r" / "conformance.json").read_text())
     assert _verdicts(doc)[clause] == "FAIL", proc.stdout[-3000:]
     assert proc.returncode == 1
+
+
+def test_unstaged_fault_is_error_not_fail():
+    """A fault test whose fault did not happen judged nothing: ERROR, never FAIL or PASS."""
+    from tpbcast.conformance._verdicts import judge_exception
+    from tpbcast.conformance.tests._support import PreconditionError, precondition
+
+    precondition(True, "holds: nothing raised")
+    with pytest.raises(PreconditionError) as info:
+        precondition(False, "the fault did not happen: peer 1 was never killed")
+    judgement = judge_exception("call", info.value, info.exconly())
+    assert judgement.verdict.name == "ERROR", judgement
+    assert "no verdict reached" in judgement.message, judgement.message
+    assert "peer 1 was never killed" in judgement.message, judgement.message
