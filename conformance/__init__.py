@@ -19,11 +19,11 @@ if TYPE_CHECKING:
     from ._report import ReportFiles as ReportFiles
     from ._report import ReportRow as ReportRow
     from ._report import default_columns as default_columns
-    from ._report import json_document as json_document
     from ._report import render_html as render_html
     from ._report import render_report_markdown as render_report_markdown
-    from ._report import suite_from_json as suite_from_json
     from ._report import write_reports as write_reports
+    from ._report_json import json_document as json_document
+    from ._report_json import suite_from_json as suite_from_json
     from ._results import CheckResult as CheckResult
     from ._results import ClauseResult as ClauseResult
     from ._results import ImplementationInfo as ImplementationInfo
@@ -43,10 +43,10 @@ _LAZY: Final = {
     "ReportFiles": "._report",
     "ReportRow": "._report",
     "default_columns": "._report",
-    "json_document": "._report",
+    "json_document": "._report_json",
     "render_html": "._report",
     "render_report_markdown": "._report",
-    "suite_from_json": "._report",
+    "suite_from_json": "._report_json",
     "write_reports": "._report",
     "CheckResult": "._results",
     "ClauseResult": "._results",

@@ -1,7 +1,10 @@
 """Report writers: ``conformance.json``, ``conformance.md`` and a static ``index.html``.
 
 Pure functions over :class:`~._results.SuiteResult` values, no pytest (JUnit XML is pytest's
-own job).  The HTML page is self-contained (inline CSS, no JavaScript, no external assets) so it
+own job).  The JSON document itself (schema, writing, reading back) lives in
+``_report_json.py``; this module renders the human-facing pages and writes all three.
+
+The HTML page is self-contained (inline CSS, no JavaScript, no external assets) so it
 can be archived as a CI artefact and opened anywhere; a copy of ``SPEC.md`` is written next to
 it so every clause id links to its text (``SPEC.md#wire-1``), and the requirement is also
 inline in a ``<details>`` element for readers who never leave the page.
@@ -17,16 +20,14 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
+from ._report_json import JSON_SCHEMA, as_runs, json_document, suite_from_json
 from ._results import (
-    CheckResult,
     ClauseResult,
-    ImplementationInfo,
     SuiteResult,
     Verdict,
     aggregate_verdict,
@@ -47,7 +48,6 @@ __all__ = [
     "write_reports",
 ]
 
-JSON_SCHEMA: Final = "tpbcast-conformance-report/1"
 JSON_NAME: Final = "conformance.json"
 MARKDOWN_NAME: Final = "conformance.md"
 HTML_NAME: Final = "index.html"
@@ -260,120 +260,6 @@ def _rows(suites: Sequence[SuiteResult]) -> list[ReportRow]:
 
 
 # -------------------------------------------------------------------------------------------
-# JSON
-# -------------------------------------------------------------------------------------------
-
-
-def _check_json(check: CheckResult) -> dict[str, Any]:
-    return {
-        "test_id": check.test_id,
-        "clause_ids": list(check.clause_ids),
-        "verdict": check.verdict.value,
-        "duration": round(check.duration, 6),
-        "failing_rank": check.failing_rank,
-        "message": check.message,
-        "details": dict(check.details),
-    }
-
-
-def _suite_json(suite: SuiteResult) -> dict[str, Any]:
-    impl = suite.implementation
-    impl_json = {"name": impl.name, "version": impl.version, "spec": impl.spec}
-    return {
-        "schema": JSON_SCHEMA,
-        "spec": suite.spec_label,
-        "implementation": {**impl_json, "capabilities": sorted(impl.capabilities)},
-        "started": suite.started.isoformat(),
-        "duration": round(suite.duration, 6),
-        "seed": suite.seed,
-        "exit_status": exit_status(suite),
-        "summary": {
-            "clauses": len(suite.clauses),
-            "verdicts": {v.value: n for v, n in suite.counts().items()},
-            "by_level": {
-                lvl: {v.value: n for v, n in counts.items()}
-                for lvl, counts in suite.counts_by_level().items()
-            },
-            "must_failures": [r.clause.id for r in suite.must_failures],
-        },
-        "unknown_clause_ids": list(suite.unknown_clause_ids),
-        "clauses": [
-            {
-                "id": r.clause.id,
-                "area": r.clause.area,
-                "level": r.clause.level,
-                "title": r.clause.title,
-                "verdict": r.verdict.value,
-                "duration": round(r.duration, 6),
-                "failing_rank": r.failing_rank,
-                "message": r.message,
-                "checks": [ch.test_id for ch in r.checks],
-                "implementation": impl_json,
-            }
-            for r in suite.clauses
-        ],
-        "checks": [_check_json(ch) for ch in suite.checks],
-    }
-
-
-def json_document(suites: SuiteResult | Sequence[SuiteResult]) -> dict[str, Any]:
-    """The JSON report: one run's document, or ``{"schema", "runs": [...]}`` for several."""
-    runs = _as_runs(suites)
-    if len(runs) == 1:
-        return _suite_json(runs[0])
-    return {"schema": JSON_SCHEMA, "runs": [_suite_json(s) for s in runs]}
-
-
-def suite_from_json(doc: Mapping[str, Any], spec: Spec | None = None) -> SuiteResult:
-    """Rebuild a :class:`SuiteResult` from one run's JSON (to merge runs side by side later).
-
-    Clause texts come from ``spec`` (default: the packaged registry); ids the registry no
-    longer has are skipped.
-    """
-    spec = spec or default_spec()
-    if doc.get("schema") != JSON_SCHEMA:
-        raise ValueError(f"not a {JSON_SCHEMA} document (schema={doc.get('schema')!r})")
-    impl = doc["implementation"]
-    checks = tuple(
-        CheckResult(
-            test_id=c["test_id"],
-            clause_ids=tuple(c["clause_ids"]),
-            verdict=Verdict(c["verdict"]),
-            duration=float(c["duration"]),
-            failing_rank=c["failing_rank"],
-            message=c["message"],
-            details=dict(c.get("details", {})),
-        )
-        for c in doc["checks"]
-    )
-    by_test = {c.test_id: c for c in checks}
-    clauses = tuple(
-        ClauseResult(
-            clause=spec[c["id"]],
-            verdict=Verdict(c["verdict"]),
-            checks=tuple(by_test[t] for t in c["checks"] if t in by_test),
-        )
-        for c in doc["clauses"]
-        if c["id"] in spec
-    )
-    return SuiteResult(
-        implementation=ImplementationInfo(
-            spec=impl.get("spec", ""),
-            name=impl.get("name", "unknown"),
-            version=impl.get("version", ""),
-            capabilities=frozenset(impl.get("capabilities", ())),
-        ),
-        spec_label=doc["spec"],
-        clauses=clauses,
-        checks=checks,
-        started=datetime.fromisoformat(doc["started"]),
-        duration=float(doc["duration"]),
-        seed=doc.get("seed"),
-        unknown_clause_ids=tuple(doc.get("unknown_clause_ids", ())),
-    )
-
-
-# -------------------------------------------------------------------------------------------
 # Markdown
 # -------------------------------------------------------------------------------------------
 
@@ -405,7 +291,7 @@ def render_report_markdown(
     spec: Spec | None = None,
 ) -> str:
     """The markdown report: header, summary per level, MUST failures, a table per area."""
-    runs = _as_runs(suites)
+    runs = as_runs(suites)
     areas = {a.id: a for a in (spec or default_spec()).areas}
     cols = list(columns) if columns is not None else default_columns(runs)
     rows = _rows(runs)
@@ -573,7 +459,7 @@ def render_html(
     spec: Spec | None = None,
 ) -> str:
     """The static HTML page (inline CSS, no JavaScript)."""
-    runs = _as_runs(suites)
+    runs = as_runs(suites)
     cols = list(columns) if columns is not None else default_columns(runs)
     rows = _rows(runs)
     title = "tpbcast conformance: " + " vs ".join(s.implementation.label for s in runs)
@@ -632,13 +518,6 @@ class ReportFiles:
     markdown: Path
     html: Path
     spec: Path
-
-
-def _as_runs(suites: SuiteResult | Sequence[SuiteResult]) -> list[SuiteResult]:
-    runs = [suites] if isinstance(suites, SuiteResult) else list(suites)
-    if not runs:
-        raise ValueError("no suite results to report")
-    return runs
 
 
 def write_reports(
