@@ -4,7 +4,8 @@ Why one registry: tests cite clause ids, reports list verdicts per clause and ``
 people read; if they came from three places they would drift.  So the TOML file is the only
 source, this module validates it strictly (ids are never renumbered or reused, levels and areas
 are known, capabilities exist in the adapter contract), and ``SPEC.md`` is generated from it
-and checked for staleness by a test and by ``--check``.
+and checked for staleness by a test and by ``--check`` (the SPEC.md renderer itself is in
+``_spec_markdown.py``; :func:`render_markdown` here delegates to it).
 
 Command line::
 
@@ -446,195 +447,12 @@ def _clause_problems(c: Clause, id_area: str) -> Iterator[str]:
 # SPEC.md
 # -------------------------------------------------------------------------------------------
 
-_GENERATED_NOTE: Final = (
-    "<!-- Generated from conformance/clauses.toml by "
-    "`python -m tpbcast.conformance.spec --write`. Do not edit by hand. -->"
-)
-
-_INTRO: Final = """\
-This document is the contract a CPU tensor-parallel broadcaster must meet to be wire-compatible
-with RTP-LLM's `CpuTpBroadcaster` (wire protocol v1) and to fix every defect its reviewers found
-(PR #960). Each clause has a stable id (`AREA-N`, never renumbered or reused), a level, one
-requirement sentence and its rationale, so tests can cite it (`@pytest.mark.clause("WIRE-1")`)
-and reports can link to it (`SPEC.md#wire-1`).
-
-## Levels
-
-| level | meaning | effect on a suite run |
-|---|---|---|
-| **MUST** | an absolute requirement (RFC 2119) | a FAIL or ERROR makes the exit status 1 |
-| **SHOULD** | required unless there is a documented reason not to | reported, exit status kept |
-| **MAY** | optional; if present it must work as described | reported for information |
-
-A clause of scope *reference* would constrain a helper of the reference implementation outside
-the adapter contract and be judged by the reference's self-tests only; today every clause has
-scope *suite* (the base-path helper became the optional `base_path` capability). Every MUST and
-SHOULD clause of scope *suite* is cited by at least one test of the suite.
-
-## Verdicts
-
-| verdict | meaning |
-|---|---|
-| **PASS** | every check citing the clause ran and passed |
-| **FAIL** | at least one check showed the implementation violating the clause |
-| **UNSUPPORTED** | every check needs a capability the implementation does not declare |
-| **ERROR** | a check could not judge the clause (the harness or the test itself broke) |
-| **NOT_TESTED** | no check citing the clause ran (deselected, or none exists) |
-
-A clause's verdict aggregates its checks: any FAIL gives FAIL, else any ERROR gives ERROR, else
-all UNSUPPORTED gives UNSUPPORTED, else PASS; no checks gives NOT_TESTED.
-
-How one test's outcome becomes a check verdict (`tpbcast.conformance._verdicts`):
-
-- **PASS**: every phase of the test passed.
-- **FAIL**: an `AssertionError` / `pytest.fail` in the body or teardown, or a rank group
-  failure (a rank raised, exited non-zero or died by a signal).
-- **UNSUPPORTED**: skipped by `require()` for an undeclared capability, by
-  `CapabilityMissing`, or because the environment cannot stage a precondition (e.g. a foreign
-  uid without root).
-- **ERROR**: a setup failure, any other exception, or a rank the harness had to stop at its
-  deadline (a hang on an oversubscribed CPU is inconclusive; deadline clauses measure and
-  assert themselves).
-
-When several phases fail, the earliest decides (setup, then call, then teardown). The exit status
-of a run is non-zero iff a MUST clause is FAIL or ERROR.
-
-## Adapter contract
-
-An implementation is a factory `"module:callable"`; calling it with no arguments returns a fresh
-broadcaster object (see DESIGN.md for the full contract):
-
-| member | required | meaning |
-|---|---|---|
-| `initialize(rank, world_size, base_path)` | yes | bootstrap; raises on failure |
-| `broadcast(buffer, root=0)` | yes | a writable buffer (bytearray, memoryview, numpy); in place |
-| `reset()` | yes | idempotent teardown |
-| `is_initialized() -> bool` | yes | |
-| `capabilities` | no | iterable of capability names (below); absent = none |
-| `name`, `version` | no | shown in reports (default: module name, package version) |
-
-Capabilities unlock optional members. A clause that lists a capability the implementation does
-not declare is reported UNSUPPORTED, distinct from PASS and FAIL.
-"""
-
-
-def _md(text: str) -> str:
-    """Escape ``<``/``>``/``|`` outside backtick code spans so titles like <base_path> render."""
-    parts = text.split("`")
-    for i in range(0, len(parts), 2):  # even parts are outside code spans
-        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
-    return "`".join(parts)
-
 
 def render_markdown(spec: Spec) -> str:
-    """Render the whole SPEC.md text (deterministic: same registry, same bytes)."""
-    out: list[str] = [_GENERATED_NOTE, "", f"# {spec.name}", "", f"Version {spec.version}.", ""]
-    out.append(_INTRO)
-    out.append("| capability | member(s) it promises |")
-    out.append("|---|---|")
-    out.extend(f"| `{cap}` | {_md(text)} |" for cap, text in CAPABILITIES.items())
-    out.append("")
-    out.append("## Upstream column")
-    out.append("")
-    out.append(
-        "Each clause notes how RTP-LLM HEAD (4b8d39cd5) behaves: *conforms*, *deviates* (with "
-        "how), or *absent* (the feature does not exist there). Sources are cited as "
-        '"PR #960 review round N, Pk" (the automated reviews in the order they appear in the '
-        'thread) or "upstream §N" (shared/reference/rtp_llm_cpu_tp_broadcaster.md).'
-    )
-    out.append("")
-    out.extend(_render_index(spec))
-    for area in spec.areas:
-        out.extend(_render_area(spec, area))
-    out.extend(_render_appendix(spec))
-    return "\n".join(out).rstrip("\n") + "\n"
+    """``SPEC.md`` for ``spec`` (the renderer lives in ``_spec_markdown.py``)."""
+    from ._spec_markdown import render_markdown as render
 
-
-def _render_index(spec: Spec) -> list[str]:
-    out = ["## Contents", "", "| area | title | MUST | SHOULD | MAY |", "|---|---|---:|---:|---:|"]
-    for area in spec.areas:
-        clauses = spec.by_area(area.id)
-        counts = [sum(1 for c in clauses if c.level == lvl) for lvl in LEVELS]
-        out.append(
-            f"| [{area.id}](#{area.anchor}) | {_md(area.title)} | "
-            + " | ".join(str(n) for n in counts)
-            + " |"
-        )
-    total = [len(spec.by_level(lvl)) for lvl in LEVELS]
-    out.append(f"| **all** | {len(spec)} clauses | " + " | ".join(str(n) for n in total) + " |")
-    out.append("")
-    out.append("### Clause index")
-    out.append("")
-    out.append(
-        "Upstream is RTP-LLM HEAD's behaviour; a clause of scope *reference* is marked (ref)."
-    )
-    out.append("")
-    out.append("| id | level | title | upstream |")
-    out.append("|---|---|---|---|")
-    out.extend(
-        f"| [{c.id}](#{c.anchor}) | {c.level}{'' if c.suite_testable else ' (ref)'} | "
-        f"{_md(c.title)} | {c.upstream or ''} |"
-        for c in spec
-    )
-    out.append("")
-    return out
-
-
-def _render_area(spec: Spec, area: Area) -> list[str]:
-    out = [f'<a id="{area.anchor}"></a>', "", f"## {area.id}: {_md(area.title)}", ""]
-    out.append(_md(area.summary))
-    out.append("")
-    for c in spec.by_area(area.id):
-        out.append(f'<a id="{c.anchor}"></a>')
-        out.append("")
-        out.append(f"### {c.id} ({c.level}): {_md(c.title)}")
-        out.append("")
-        out.append(f"**Requirement.** {_md(c.requirement)}")
-        out.append("")
-        caps = ", ".join(f"`{cap}`" for cap in c.capabilities) or "none"
-        out.append(f"- Level: **{c.level}**; scope: {c.scope}; capabilities: {caps}")
-        out.append(f"- Rationale: {_md(c.rationale)}")
-        if c.upstream is not None:
-            note = f" ({_md(c.upstream_note)})" if c.upstream_note else ""
-            out.append(f"- Upstream: *{c.upstream}*{note}")
-        out.append("")
-    return out
-
-
-_CHANGING: Final = """\
-<a id="changing"></a>
-
-## Changing this specification
-
-1. Edit `conformance/clauses.toml` only; this file is generated from it.
-2. A new clause takes the next free number of its area and is appended to
-   `tests/conformance_machinery/clause_ids.lock`; numbers are never reused or shifted.
-3. A clause that is dropped moves to `[spec] retired` with the reason; its id stays taken.
-4. Regenerate with `python -m tpbcast.conformance.spec --write` (or `nox -s spec`);
-   `--check` and the self-tests fail while this file is stale.
-5. Every MUST and SHOULD clause of scope *suite* needs a test citing it
-   (`@pytest.mark.clause("AREA-N")`), or the conformance run stops with a usage error.
-"""
-
-
-def _render_appendix(spec: Spec) -> list[str]:
-    out = [_CHANGING, '<a id="retired"></a>', "", "## Retired clause ids", ""]
-    if spec.retired:
-        out.extend(f"- `{r.id}`: {_md(r.reason)}" for r in spec.retired)
-    else:
-        out.append("None. Ids of dropped clauses are listed here and never reused.")
-    out.append("")
-    out.extend(['<a id="noted"></a>', "", "## Review points that are not clauses", ""])
-    out.append(
-        "These points of the PR #960 review and the upstream notes are not observable "
-        "behaviour of a broadcaster; each says where its substance went."
-    )
-    out.append("")
-    out.append("| source | point | disposition |")
-    out.append("|---|---|---|")
-    out.extend(f"| {_md(n.source)} | {_md(n.point)} | {_md(n.disposition)} |" for n in spec.noted)
-    out.append("")
-    return out
+    return render(spec)
 
 
 # -------------------------------------------------------------------------------------------
