@@ -55,6 +55,9 @@ SPEC_NAME: Final = "SPEC.md"
 
 # Short inline messages; the full text stays one click away (HTML) or in the JSON.
 _INLINE_MESSAGE: Final = 160
+# Markdown has no "click to expand": a FAIL's cell must reach past the requirement to what
+# was observed ("ID: requirement -- rank n: got ..."), so it keeps more of the message.
+_MARKDOWN_MESSAGE: Final = 600
 
 
 # -------------------------------------------------------------------------------------------
@@ -178,8 +181,8 @@ def _message_html(text: str) -> str:
 
 def _message_md(text: str) -> str:
     flat = " ".join(text.split())
-    if len(flat) > _INLINE_MESSAGE:
-        flat = flat[: _INLINE_MESSAGE - 1] + "…"
+    if len(flat) > _MARKDOWN_MESSAGE:
+        flat = flat[: _MARKDOWN_MESSAGE - 1] + "…"
     return _md_cell(flat)
 
 

@@ -108,7 +108,10 @@ def test_normal_exit_without_reset_leaves_no_socket(tpbcast_run, tpbcast_impl):
     code, err, left = tpbcast_run(target, 2, timeout=40).outcomes[0].value
     assert code == 0, f"rank 0's interpreter failed: {err}"
     assert left == "missing", s.clause(
-        "HYG-4", "a rank 0 that exits normally without reset leaves no socket file", left
+        "HYG-4",
+        "a rank 0 that exits normally without reset leaves no socket file",
+        f"a {left} still at its socket path after the exit",
+        rank=0,
     )
 
 

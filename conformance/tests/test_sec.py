@@ -291,7 +291,10 @@ def test_live_listener_not_stolen(tpbcast_run, tpbcast_impl):
     assert raised is not None and still and reachable, s.clause(
         "SEC-9",
         "rank 0 refuses a path with a live listener instead of unlinking it",
-        (raised, still, reachable),
+        f"initialize {'raised ' + str(raised) if raised else 'returned'}; the other "
+        f"listener's socket file {'is still there' if still else 'was removed'} and "
+        f"{'still' if reachable else 'no longer'} reachable",
+        rank=0,
     )
 
 

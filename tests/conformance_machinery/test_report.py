@@ -397,3 +397,12 @@ def test_synthetic_data_covers_every_verdict() -> None:
     assert {c.verdict for c in synthetic_checks()} == set(Verdict)
     info = ImplementationInfo(name="x", version="")
     assert info.label == "x"
+
+
+def test_markdown_failure_cell_reaches_the_observation():
+    """A FAIL's markdown cell shows what was observed, not only the requirement."""
+    from tpbcast.conformance._report import _message_md
+
+    message = "TIME-1: " + "the requirement, stated at length " * 6 + "-- rank 0: got OBSERVED"
+    assert "got OBSERVED" in _message_md(message)
+    assert _message_md("x" * 5000).endswith("…")
