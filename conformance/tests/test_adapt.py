@@ -14,6 +14,7 @@ PROMISED = {
     "generation": ("generation",),
     "abstract_namespace": ("set_abstract_namespace",),
     "dispatch": ("make_dispatcher",),
+    "base_path": ("make_base_path",),
 }
 
 
