@@ -24,6 +24,11 @@ def _check_group_want(seed):
     return s.expected_digests(seed, _CHECK_SIZES, salt="chk")
 
 
+def _assert_group_works(cid, sentence, digest, seed, *, rank=None):
+    """``digest`` (from :func:`_check_group`) shows a working group, else FAIL ``cid``."""
+    assert digest == _check_group_want(seed), s.clause(cid, sentence, digest, rank=rank)
+
+
 @pytest.mark.clause("INIT-1")
 @pytest.mark.parametrize(
     ("rank", "world", "path"),
@@ -95,11 +100,8 @@ def test_path_of_107_bytes_works_and_108_is_rejected(tpbcast_run, tpbcast_impl):
             raised.message,
             rank=outcome.rank,
         )
-        assert digest == _check_group_want(result.seed), s.clause(
-            "INIT-2",
-            "a 107-byte path works",
-            digest,
-            rank=outcome.rank,
+        _assert_group_works(
+            "INIT-2", "a 107-byte path works", digest, result.seed, rank=outcome.rank
         )
 
 
@@ -153,10 +155,11 @@ def test_identical_reinit_is_a_noop(tpbcast_run, tpbcast_impl, world):
             "INIT-4", "identical re-init opens and closes no socket", same, rank=outcome.rank
         )
         if world > 1:
-            assert digest == _check_group_want(result.seed), s.clause(
+            _assert_group_works(
                 "INIT-4",
                 "the group still works after the re-init",
                 digest,
+                result.seed,
                 rank=outcome.rank,
             )
 
@@ -190,11 +193,8 @@ def test_different_reinit_raises_and_keeps_the_group(tpbcast_run, tpbcast_impl):
             path_change,
             rank=outcome.rank,
         )
-        assert digest == _check_group_want(result.seed), s.clause(
-            "INIT-5",
-            "the existing group stays usable",
-            digest,
-            rank=outcome.rank,
+        _assert_group_works(
+            "INIT-5", "the existing group stays usable", digest, result.seed, rank=outcome.rank
         )
 
 
@@ -227,10 +227,11 @@ def test_peer_started_first_retries_until_rank0_listens(tpbcast_run, tpbcast_imp
         f"{root_entered - peer_entered:.3f}s before rank 0)",
     )
     for outcome in result.outcomes:
-        assert outcome.value[1] == _check_group_want(result.seed), s.clause(
+        _assert_group_works(
             "INIT-6",
             "a peer started before rank 0 bootstraps normally",
             outcome.value[1],
+            result.seed,
             rank=outcome.rank,
         )
 
@@ -423,8 +424,8 @@ def test_failed_initialize_cleans_up_and_retry_works_peer(tpbcast_run, tpbcast_i
     assert not initialized and not leaked, s.clause(
         "INIT-11", "a failed peer initialize leaves no fd and is uninitialized", leaked
     )
-    assert digest == _check_group_want(result.seed), s.clause(
-        "INIT-11", "the peer's retry without reset works", digest
+    _assert_group_works(
+        "INIT-11", "the peer's retry without reset works", digest, result.seed, rank=1
     )
 
 
@@ -491,10 +492,11 @@ def test_initialize_on_one_thread_broadcast_on_another(tpbcast_run, tpbcast_impl
             (init, bcast),
             rank=outcome.rank,
         )
-        assert digest == _check_group_want(result.seed), s.clause(
+        _assert_group_works(
             "INIT-14",
             "the other thread sees the whole initialized state",
             digest,
+            result.seed,
             rank=outcome.rank,
         )
 
