@@ -17,7 +17,7 @@ from ._support import rogue_peer, rogue_root
 PROBE = 0x5A
 
 
-@pytest.mark.clause("WIRE-1", "WIRE-6", "WIRE-9", "WIRE-12")
+@pytest.mark.clause("WIRE-1", "WIRE-4", "WIRE-6", "WIRE-9", "WIRE-12")
 @pytest.mark.world_size(2, 3)
 def test_root_sends_raw_payloads_to_byte_level_peers(tpbcast_run, tpbcast_impl, world_size):
     """The implementation as rank 0, the suite as every peer, reading raw bytes."""
@@ -43,16 +43,24 @@ def test_root_sends_raw_payloads_to_byte_level_peers(tpbcast_run, tpbcast_impl, 
     assert listening == [path], s.clause(
         "WIRE-1", "rank 0 listens on exactly one socket, <base_path>_0.sock", listening
     )
-    for report in s.ok_values(result)[1:]:
-        assert report.probe == PROBE, s.clause("WIRE-4", "peers get the probe 0x5a", report.probe)
+    # The implementation is rank 0: whatever byte-level peer k saw is rank 0's doing.
+    for peer, report in enumerate(s.ok_values(result)[1:], start=1):
+        assert report.probe == PROBE, s.clause(
+            "WIRE-4", f"peer {peer} gets the probe 0x5a", report.probe, rank=0
+        )
         assert report.received == bytes([PROBE]) + first + second, s.clause(
-            "WIRE-6/WIRE-9",
-            "each peer's stream is the probe then the raw payloads back to back, on the "
-            "bootstrap connection",
+            "WIRE-6",
+            f"peer {peer}'s stream is the probe then the raw payloads back to back, no header "
+            "(and all on the bootstrap connection, WIRE-9)",
             f"{len(report.received)} bytes {report.received[:16]!r}...",
+            rank=0,
         )
         assert report.reaction is not None and report.reaction.value != "open", s.clause(
-            "WIRE-12", "the stream ends when rank 0 resets", report.reaction
+            "WIRE-9",
+            f"peer {peer}'s bootstrap connection carries every broadcast and ends when rank 0 "
+            "resets",
+            report.reaction,
+            rank=0,
         )
 
 
@@ -84,7 +92,12 @@ def test_peers_speak_wire_v1_to_byte_level_root(tpbcast_run, tpbcast_impl, world
     peers = [got for got, _ in peer_values]
     listeners = [listening for _, listening in peer_values if listening]
     assert not listeners, s.clause("WIRE-1", "no rank but rank 0 listens", listeners)
-    assert sorted(link.rank for link in root.links) == list(range(1, world_size))
+    announced = sorted(link.rank for link in root.links)
+    assert announced == list(range(1, world_size)), s.clause(
+        "WIRE-12",
+        f"every peer 1..{world_size - 1} bootstraps with a byte-level rank 0",
+        f"ranks announced: {announced}",
+    )
     for link in root.links:
         assert link.announced == struct.pack("=i", link.rank), s.clause(
             "WIRE-2", "a peer announces its rank as 4 native-endian bytes", link.announced
