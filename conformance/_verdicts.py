@@ -21,7 +21,9 @@ plugin's docs) are:
   group whose first
   failure is a rank the harness had to stop (``TIMED_OUT``): a hang under an
   oversubscribed CPU is inconclusive, so clauses that promise a deadline measure it
-  themselves and assert (FAIL) instead of relying on the harness timeout.
+  themselves and assert (FAIL) instead of relying on the harness timeout.  A test that
+  could not stage its fault raises ``PreconditionError`` (in the body or in a rank):
+  ERROR too, since nothing about the implementation was judged.
 
 When several phases fail, the earliest decides (setup, then call, then teardown): a
 teardown error after a call FAIL keeps the FAIL.
@@ -60,6 +62,12 @@ _CLAUSE_RANK_RE: Final = re.compile(r"^[A-Z]+-\d+: .*? -- rank (\d+): got ", re.
 # (pytest's own output still shows the full explanation).
 _REWRITE_TAIL: Final = "\nassert "
 
+
+# Exception class name a test raises when it could not stage what it judges (its fault did
+# not happen: ``conformance/tests/_support.precondition``); matched by name like the above.
+# In the test body it is a non-assertion exception (ERROR by the general rule); raised
+# inside a rank it would otherwise read as the rank failing, so the group rule checks it.
+_PRECONDITION_NAME: Final = "PreconditionError"
 
 # Exception class names (anywhere in the MRO) the harness or fixtures may raise for a
 # missing capability; matched by name so the suite does not depend on where they live.
@@ -126,6 +134,11 @@ def _judge_group_failure(exc: BaseException) -> Judgement:
         return Judgement(Verdict.FAIL, _clip(str(exc)), None)
     rank = getattr(first, "rank", None)
     status = getattr(getattr(first, "status", None), "name", "")
+    exc_type = str(getattr(first, "exc_type", None) or "")
+    if exc_type.rsplit(".", 1)[-1] == _PRECONDITION_NAME:
+        detail = getattr(first, "exc_message", None) or headline
+        message = f"rank {rank} could not stage the test (no verdict): {detail}"
+        return Judgement(Verdict.ERROR, _clip(message), rank)
     if status == "TIMED_OUT":
         return Judgement(
             Verdict.ERROR,

@@ -170,7 +170,9 @@ def test_root_killed_mid_broadcast(tpbcast_run, tpbcast_impl):
             rank=outcome.rank,
         )
     first, second = peer1.value
-    assert first is None, f"peer 1's own broadcast should have completed: {first}"
+    s.precondition(
+        first is None, f"the fault did not happen: peer 1's broadcast failed first: {first}"
+    )
     for who, raised in (("peer 1's next broadcast", second), ("peer 2", peer2.value)):
         assert raised is not None and raised.elapsed < 5.0, s.clause(
             "FAULT-2", f"{who} raises a closed error promptly", raised

@@ -63,7 +63,7 @@ def _base_of_length(workdir, total):
     """A base path whose rank-0 socket path is exactly ``total`` bytes."""
     stem = os.path.join(workdir, "")
     fill = total - len(stem) - len("_0.sock")
-    assert fill > 0, f"workdir {workdir!r} too long for a {total}-byte path"
+    s.precondition(fill > 0, f"workdir {workdir!r} too long for a {total}-byte path")
     return stem + "p" * fill
 
 

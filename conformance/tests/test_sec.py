@@ -210,7 +210,10 @@ def test_stale_socket_replaced(tpbcast_run, tpbcast_impl):
         path = s.sock_path(ctx.base_path)
         if ctx.rank == 0:
             s.stale_socket(path)
-            assert s.connect_refused(path) and s.kind_of(path) == "socket"
+            s.precondition(
+                s.connect_refused(path) and s.kind_of(path) == "socket",
+                f"no stale socket could be staged at {path}",
+            )
             ctx.notify("stale")
         else:
             ctx.wait("stale", timeout=10)

@@ -377,7 +377,7 @@ def test_signals_neither_break_nor_extend_waits(tpbcast_run, tpbcast_impl):
             # Rank 0 is inside initialize once its socket exists (it waits to accept):
             # storm it only then, so the signals land in the wait under test.
             listening = s.wait_for(lambda: os.path.exists(s.sock_path(ctx.base_path)), 10)
-            assert listening, "rank 0 never listened: the storm would hit nothing"
+            s.precondition(listening, "rank 0 never listened: the storm would hit nothing")
             sent = storm(other_pid, 0.5)
             bcast.initialize(1, 2, ctx.base_path)
             buf = bytearray(len(data))

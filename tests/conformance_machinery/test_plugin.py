@@ -226,6 +226,20 @@ def test_assertion_naming_a_rank_is_fail_with_that_rank(suite):
     assert result.ret == 1
 
 
+def test_rank_that_could_not_stage_its_fault_is_error(suite):
+    """``precondition`` failing inside a rank: nothing was judged, so ERROR, not FAIL."""
+    result, clause = _run_init1(
+        suite,
+        "    from tpbcast.conformance.tests._support import precondition\n"
+        "    def target(ctx):\n"
+        "        precondition(ctx.rank != 1, 'the fault did not happen: no rogue')\n"
+        "    tpbcast_run(target, 2)\n",
+    )
+    assert clause["verdict"] == "ERROR" and clause["failing_rank"] == 1, clause
+    assert "no rogue" in clause["message"], clause["message"]
+    assert result.ret == 1, "a MUST clause that could not be judged fails the run"
+
+
 def test_hung_rank_is_error_not_fail(suite):
     result, clause = _run_init1(
         suite,
