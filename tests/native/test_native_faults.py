@@ -148,6 +148,7 @@ def test_root_times_out_waiting_for_peers_and_cleans_up(base_path):
     [details] = values(run_forked([lambda: _init_error(0, 3, base_path, init=0.3)]))
     _named(details, rank=0)
     assert details["type"] == "NativeTimeoutError" and "0 of 2 connected" in details["message"]
+    assert "missing rank(s) 1, 2" in details["message"], details["message"]
     assert 0.3 <= details["wall"] < 10.0 and not details["socket_left"]
 
 

@@ -203,6 +203,15 @@ static void make_addr(struct sockaddr_un *a) {
     memcpy(a->sun_path, g.path, strlen(g.path) + 1);
 }
 
+/* "1, 2" for the peer ranks that have not announced yet (TIME-1: name who is missing). */
+static void missing_ranks(char *out, size_t size) {
+    size_t n = 0;
+    out[0] = '\0';
+    for (int k = 1; k < g.world && n + 16 < size; k++)
+        if (g.fds[k] < 0)
+            n += (size_t)snprintf(out + n, size - n, "%s%d", n ? ", " : "", k);
+}
+
 static int root_bootstrap(long long start) {
     struct stat st;
     struct sockaddr_un a;
@@ -233,10 +242,15 @@ static int root_bootstrap(long long start) {
     long long deadline = g.init_ms < 0 ? -1 : start + g.init_ms * 1000LL;
     while (got < want) {
         short rev = 0;
-        if (wait_fd(g.listen_fd, POLLIN, deadline, &rev) != 0)
-            return fail(errno == ETIMEDOUT ? CB_TIMEOUT : CB_OS, errno, "accept", -1, 0, 0, start,
-                        "waiting for peers: %d of %d connected (init deadline %ld ms)", got,
-                        want, g.init_ms);
+        if (wait_fd(g.listen_fd, POLLIN, deadline, &rev) != 0) {
+            int e = errno;
+            char missing[256];
+            missing_ranks(missing, sizeof missing);
+            return fail(e == ETIMEDOUT ? CB_TIMEOUT : CB_OS, e, "accept", -1, 0, 0, start,
+                        "waiting for peers: %d of %d connected, missing rank(s) %s "
+                        "(init deadline %ld ms)",
+                        got, want, missing, g.init_ms);
+        }
         int c = accept4(g.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (c < 0) {
             if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED)
