@@ -315,29 +315,34 @@ def test_empty_list_triggers_nothing(observed):
             )
 
 
-@pytest.mark.clause("FALLBACK-5")
-def test_root_check_identical_on_both_paths(observed):
+def _assert_same_error_on_both_paths(observed, key, cid, what):
+    """Each rank's ``key`` error is raised, and identical, on the UDS and collective paths."""
     for rank, uds in _both(observed, "uds"):
         coll = observed[0][rank]["cross_node"]
-        assert uds["root_error"] is not None and uds["root_error"] == coll["root_error"], s.clause(
-            "FALLBACK-5",
-            f"rank {rank}: root=1 raises the same error on both paths",
-            (uds["root_error"], coll["root_error"]),
+        assert uds[key] is not None and uds[key] == coll[key], s.clause(
+            cid,
+            f"{what} raises the same error on both paths",
+            f"UDS: {uds[key]}, collective: {coll[key]}",
+            rank=rank,
         )
+
+
+@pytest.mark.clause("FALLBACK-5")
+def test_root_check_identical_on_both_paths(observed):
+    _assert_same_error_on_both_paths(observed, "root_error", "FALLBACK-5", "root=1")
+    for rank, uds in _both(observed, "uds"):
+        coll = observed[0][rank]["cross_node"]
         assert uds["check_events"] == coll["check_events"] == [], s.clause(
-            "FALLBACK-5", "before any communication or sync", coll["check_events"]
+            "FALLBACK-5",
+            "the root check comes before any communication or sync",
+            f"UDS: {uds['check_events']}, collective: {coll['check_events']}",
+            rank=rank,
         )
 
 
 @pytest.mark.clause("FALLBACK-6")
 def test_mode_check_identical_on_both_paths(observed):
-    for rank, uds in _both(observed, "uds"):
-        coll = observed[0][rank]["cross_node"]
-        assert uds["mode_error"] is not None and uds["mode_error"] == coll["mode_error"], s.clause(
-            "FALLBACK-6",
-            f"rank {rank}: mode=dp raises the same error on both paths",
-            (uds["mode_error"], coll["mode_error"]),
-        )
+    _assert_same_error_on_both_paths(observed, "mode_error", "FALLBACK-6", "mode=dp")
 
 
 @pytest.mark.clause("FALLBACK-7")
