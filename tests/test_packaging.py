@@ -1,0 +1,83 @@
+"""The wheel installs our four layers under ``tpbcast.`` only, and they import from it.
+
+PyPI has unrelated top-level packages named ``harness``, ``fixtures`` and
+``conformance``; a wheel that shipped ours at top level would shadow them.  This builds
+the real wheel (the same path ``pip install .`` takes), checks every top-level entry, then
+imports each layer from an install of that wheel alone, outside the source tree.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LAYERS = ("harness", "reference_impl", "conformance", "fixtures")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO)]
+    if importlib.util.find_spec("setuptools") is not None:
+        argv.insert(4, "--no-build-isolation")  # offline and fast when setuptools is here
+    subprocess.run(argv, check=True, timeout=300, capture_output=True)
+    (built,) = out.glob("tpbcast-*.whl")
+    return built
+
+
+def test_wheel_has_only_the_tpbcast_namespace(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        tops = {name.split("/", 1)[0] for name in zf.namelist()}
+        names = set(zf.namelist())
+    dist_info = [top for top in tops if top.endswith(".dist-info")]
+    assert len(dist_info) == 1 and tops == {"tpbcast", *dist_info}, sorted(tops)
+    assert "tpbcast/__init__.py" not in names  # an implicit namespace package
+    for layer in LAYERS:
+        assert f"tpbcast/{layer}/__init__.py" in names
+    assert "tpbcast/conformance/clauses.toml" in names
+    assert "tpbcast/conformance/adapters/native/cbcast.c" in names
+    assert any(n.startswith("tpbcast/conformance/tests/test_") for n in names)
+
+
+def test_wheel_install_imports_every_layer(wheel: Path, tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    code = (
+        "import importlib, sys\n"
+        f"for layer in {LAYERS!r}:\n"
+        "    mod = importlib.import_module('tpbcast.' + layer)\n"
+        f"    assert mod.__file__.startswith({str(target)!r}), mod.__file__\n"
+        "for name in ('harness', 'fixtures', 'conformance', 'reference_impl'):\n"
+        f"    spec = importlib.util.find_spec(name)\n"
+        f"    assert spec is None or not (spec.origin or '').startswith({str(target)!r}), name\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    # -I: isolated mode, so neither the cwd nor the editable install can answer the imports.
+    env_path = str(target)
+    subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {env_path!r})\n" + code],
+        check=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
