@@ -9,6 +9,7 @@ imports each layer from an install of that wheel alone, outside the source tree.
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,12 +19,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = ("harness", "reference_impl", "conformance", "fixtures")
+_NOT_SOURCE = (".git", ".nox", "build", "dist", "*.egg-info", "reports", "__pycache__", ".*cache")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO)]
+    # Build from a clean copy: setuptools builds in-tree and never prunes build/lib, so a
+    # stale module left there by an earlier build would ride along into the wheel.
+    source = tmp_path_factory.mktemp("src") / "tpbcast"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
+    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)]
     if importlib.util.find_spec("setuptools") is not None:
         argv.insert(4, "--no-build-isolation")  # offline and fast when setuptools is here
     subprocess.run(argv, check=True, timeout=300, capture_output=True)
