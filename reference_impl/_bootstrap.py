@@ -8,8 +8,10 @@ Rank 0, under ONE init deadline (upstream restarts 120 s per accept, per
 handshake read and per probe write):
   1. create/verify the socket directory; replace a stale socket, refuse others;
   2. bind, chmod 0600 at once, listen(world_size - 1);
-  3. accept world_size-1 connections in any order; check each peer's uid with
-     SO_PEERCRED; read its 4-byte rank; refuse bad and duplicate ranks;
+  3. accept connections in any order; check each peer's uid with SO_PEERCRED;
+     read the 4-byte ranks of all of them at once (one poll set, so a silent
+     connection cannot delay the verdict on a bad one); refuse bad and
+     duplicate ranks; done when ranks 1..n-1 are all in;
   4. send the probe byte 0x5a to peers 1..n-1 in ascending order.
 
 Peer k:
@@ -167,9 +169,7 @@ def bootstrap_root(
             links.owner_pid = os.getpid()
             os.chmod(path, 0o600)  # before listen(): nobody can connect yet
         listener.listen(world_size - 1)
-        _accept_peers(
-            links, listener, world_size=world_size, deadline=deadline, config=config, label=label
-        )
+        _accept_peers(links, listener, deadline=deadline, config=config, label=label)
         for peer in range(1, world_size):
             sock = links.peers[peer]
             assert sock is not None
@@ -185,131 +185,231 @@ def bootstrap_root(
     return links
 
 
+_CLOSED_ERRNOS: Final = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ESHUTDOWN})
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An accepted connection whose 4-byte rank announcement is not complete yet."""
+
+    conn: socket.socket
+    pid: int
+    index: int  # 1-based accept order, as error messages count connections
+    raw: bytearray = field(default_factory=lambda: bytearray(RANK_SIZE))
+    got: int = 0
+
+    def site(self, label: str) -> Site:
+        return Site(
+            rank=0,
+            peer=None,
+            phase="handshake",
+            path=label,
+            who=f"connection {self.index} (pid {self.pid})",
+        )
+
+
+@dataclass(slots=True)
+class _Handshakes:
+    """Rank 0's accept + handshake state: ONE poll set over the listener, every
+    connection still announcing its rank, and every peer already in.
+
+    Why multiplexed: reading announcements one at a time in accept order (as
+    upstream does) lets a connection that never speaks hold up the verdict on
+    every later one until the init deadline, and the error then names the silent
+    connection rather than the one that announced a bad or duplicate rank.  Here
+    each readable connection is read as far as it goes, so a bad announcement
+    fails initialize as soon as it arrives, naming its pid and what it sent.  No
+    threads: a single ``poll`` under the one init deadline.
+    """
+
+    links: Links
+    listener: socket.socket
+    deadline: Deadline
+    label: str
+    allowed: frozenset[int] | None
+    pending: dict[int, _Pending] = field(default_factory=dict)  # by fd
+    pids: dict[int, int] = field(default_factory=dict)  # joined peer rank -> pid
+    accepted: int = 0
+
+    @property
+    def world_size(self) -> int:
+        return len(self.links.peers)
+
+    def run(self) -> None:
+        """Until every peer is in; pending connections are closed whatever happens
+        (once all ranks are in, a still-pending one is surplus and gets no probe)."""
+        try:
+            while len(self.pids) < self.world_size - 1:
+                self._accept_ready()
+                self._wait_and_read()
+        finally:
+            for pending in self.pending.values():
+                close_quietly(pending.conn)
+            self.pending.clear()
+
+    def _accept_ready(self) -> None:
+        """Accept every connection waiting in the backlog and check its uid."""
+        while True:
+            try:
+                conn, _addr = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                raise self._error(
+                    BroadcastError, f"accept failed: {exc.strerror}", "accept", exc.errno
+                ) from exc
+            conn.setblocking(False)
+            self.accepted += 1
+            try:
+                pid = self._check_uid(conn)
+            except BaseException:
+                close_quietly(conn)
+                raise
+            self.pending[conn.fileno()] = _Pending(conn, pid, self.accepted)
+
+    def _check_uid(self, conn: socket.socket) -> int:
+        pid, uid, _gid = _peer_credentials(conn)
+        if self.allowed is not None and uid not in self.allowed:
+            raise self._error(
+                SecurityError,
+                f"rejected a connection from pid {pid} uid {uid}: only uid(s) "
+                f"{_allowed_text(self.allowed)} may join (BroadcasterConfig.allowed_uids "
+                "widens this)",
+                "accept",
+            )
+        return pid
+
+    def _wait_and_read(self) -> None:
+        """One poll over everything; act on what is ready, or fail at the deadline."""
+        poller = select.poll()
+        poller.register(self.listener.fileno(), select.POLLIN)
+        for fd in self.pending:
+            poller.register(fd, select.POLLIN)
+        watched = {s.fileno(): peer for peer, s in enumerate(self.links.peers) if s is not None}
+        for fd in watched:
+            poller.register(fd, select.POLLIN)
+        timeout = self.deadline.poll_ms()
+        ready = poller.poll(timeout) if timeout != 0 else []
+        for fd, _events in ready:
+            if fd in self.pending:
+                self._read(self.pending[fd])
+            elif fd in watched:
+                _check_silent_peer(watched[fd], self.links, self.pids, self.deadline, self.label)
+        if not ready and self.deadline.expired():
+            raise self._timeout()
+
+    def _read(self, pending: _Pending) -> None:
+        """Read what ``pending`` has sent so far; judge its rank once all 4 bytes are in."""
+        view = memoryview(pending.raw)[pending.got :]
+        try:
+            n = pending.conn.recv_into(view, len(view))
+        except (BlockingIOError, InterruptedError):
+            return  # spurious wake-up
+        except OSError as exc:
+            if exc.errno not in _CLOSED_ERRNOS:
+                raise pending.site(self.label).fail(
+                    BroadcastError,
+                    exc.strerror or str(exc),
+                    verb="read from",
+                    done=pending.got,
+                    total=RANK_SIZE,
+                    deadline=self.deadline,
+                    code=exc.errno,
+                ) from exc
+            n = 0
+        if n == 0:
+            raise HandshakeError(
+                f"pid {pending.pid} closed the connection after {pending.got}/{RANK_SIZE} "
+                "bytes of its rank handshake",
+                rank=0,
+                phase="handshake",
+                bytes_done=pending.got,
+                bytes_total=RANK_SIZE,
+                elapsed=self.deadline.elapsed(),
+                path=self.label,
+            )
+        pending.got += n
+        if pending.got == RANK_SIZE:
+            self._join(pending)
+
+    def _join(self, pending: _Pending) -> None:
+        """Check the announced rank; the connection takes that rank's slot."""
+        peer = unpack_rank(pending.raw)
+        world_size, pid = self.world_size, pending.pid
+        if not 0 < peer < world_size:
+            raise self._error(
+                HandshakeError,
+                f"bad peer rank {peer} (world_size {world_size}) from pid {pid}; a peer "
+                f"must announce 0 < rank < {world_size}",
+                "handshake",
+            )
+        if self.links.peers[peer] is not None:
+            raise self._error(
+                HandshakeError,
+                f"duplicate peer rank {peer} from pid {pid} (pid {self.pids[peer]} announced "
+                "it first)",
+                "handshake",
+                peer=peer,
+            )
+        del self.pending[pending.conn.fileno()]
+        self.links.peers[peer] = pending.conn
+        self.pids[peer] = pid
+
+    def _timeout(self) -> BroadcastError:
+        """The deadline passed: blame the first connection still announcing, if any,
+        else the ranks that never connected."""
+        if self.pending:
+            first = min(self.pending.values(), key=lambda p: p.index)
+            return first.site(self.label).fail(
+                BroadcastTimeoutError,
+                f"{self.deadline.describe()} passed (no data from peer)",
+                verb="read from",
+                done=first.got,
+                total=RANK_SIZE,
+                deadline=self.deadline,
+                code=errno.ETIMEDOUT,
+            )
+        world_size = self.world_size
+        missing = [r for r in range(1, world_size) if r not in self.pids]
+        return self._error(
+            BroadcastTimeoutError,
+            f"{self.deadline.describe()} passed with {len(self.pids)}/{world_size - 1} peers "
+            f"connected; missing rank(s) {missing}",
+            "accept",
+            errno.ETIMEDOUT,
+        )
+
+    def _error(
+        self,
+        cls: type[BroadcastError],
+        reason: str,
+        phase: str,
+        code: int | None = None,
+        *,
+        peer: int | None = None,
+    ) -> BroadcastError:
+        return cls(
+            reason,
+            rank=0,
+            peer=peer,
+            phase=phase,
+            elapsed=self.deadline.elapsed(),
+            path=self.label,
+            errno_name=errno_name(code),
+        )
+
+
 def _accept_peers(
     links: Links,
     listener: socket.socket,
     *,
-    world_size: int,
     deadline: Deadline,
     config: BroadcasterConfig,
     label: str,
 ) -> None:
+    """Fill ``links.peers[1:]`` by announced rank (see :class:`_Handshakes`)."""
     allowed = config.accepted_uids(os.geteuid())
-    pids: dict[int, int] = {}
-    for count in range(world_size - 1):
-        conn = _accept_one(listener, deadline, label, links, pids)
-        try:
-            pid, uid, _gid = _peer_credentials(conn)
-            if allowed is not None and uid not in allowed:
-                raise SecurityError(
-                    f"rejected a connection from pid {pid} uid {uid}: only uid(s) "
-                    f"{_allowed_text(allowed)} may join (BroadcasterConfig.allowed_uids "
-                    "widens this)",
-                    rank=0,
-                    phase="accept",
-                    elapsed=deadline.elapsed(),
-                    path=label,
-                )
-            raw = bytearray(RANK_SIZE)
-            site = Site(
-                rank=0,
-                peer=None,
-                phase="handshake",
-                path=label,
-                who=f"connection {count + 1} (pid {pid})",
-            )
-            try:
-                recv_exact(conn, memoryview(raw), deadline, site)
-            except PeerClosedError as exc:
-                raise HandshakeError(
-                    f"pid {pid} closed the connection after {exc.bytes_done}/{RANK_SIZE} bytes "
-                    "of its rank handshake",
-                    rank=0,
-                    phase="handshake",
-                    bytes_done=exc.bytes_done,
-                    bytes_total=RANK_SIZE,
-                    elapsed=exc.elapsed,
-                    path=label,
-                ) from exc
-            peer = unpack_rank(raw)
-            if not 0 < peer < world_size:
-                raise HandshakeError(
-                    f"bad peer rank {peer} (world_size {world_size}) from pid {pid}; a peer "
-                    f"must announce 0 < rank < {world_size}",
-                    rank=0,
-                    phase="handshake",
-                    elapsed=deadline.elapsed(),
-                    path=label,
-                )
-            if links.peers[peer] is not None:
-                raise HandshakeError(
-                    f"duplicate peer rank {peer} from pid {pid} (pid {pids[peer]} announced "
-                    "it first)",
-                    rank=0,
-                    peer=peer,
-                    phase="handshake",
-                    elapsed=deadline.elapsed(),
-                    path=label,
-                )
-        except BaseException:
-            close_quietly(conn)
-            raise
-        links.peers[peer] = conn
-        pids[peer] = pid
-
-
-def _accept_one(
-    listener: socket.socket,
-    deadline: Deadline,
-    label: str,
-    links: Links,
-    pids: dict[int, int],
-) -> socket.socket:
-    """Accept the next connection, watching the peers already in meanwhile.
-
-    A joined peer must stay silent until the probe, so a readable joined
-    socket means it hung up (or broke the protocol): fail now, naming it,
-    instead of at the init deadline.
-    """
-    world_size = len(links.peers)
-    poller = select.poll()
-    poller.register(listener.fileno(), select.POLLIN)
-    watched = {sock.fileno(): peer for peer, sock in enumerate(links.peers) if sock is not None}
-    for fd in watched:
-        poller.register(fd, select.POLLIN)
-    while True:
-        try:
-            conn, _addr = listener.accept()
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError as exc:
-            raise BroadcastError(
-                f"accept failed: {exc.strerror}",
-                rank=0,
-                phase="accept",
-                elapsed=deadline.elapsed(),
-                path=label,
-                errno_name=errno_name(exc.errno),
-            ) from exc
-        else:
-            conn.setblocking(False)
-            return conn
-        timeout = deadline.poll_ms()
-        ready = poller.poll(timeout) if timeout != 0 else []
-        for fd, _events in ready:
-            if fd in watched:
-                _check_silent_peer(watched[fd], links, pids, deadline, label)
-        if not ready and deadline.expired():
-            missing = [r for r in range(1, world_size) if r not in pids]
-            raise BroadcastTimeoutError(
-                f"{deadline.describe()} passed with {len(pids)}/{world_size - 1} peers "
-                f"connected; missing rank(s) {missing}",
-                rank=0,
-                phase="accept",
-                elapsed=deadline.elapsed(),
-                path=label,
-                errno_name="ETIMEDOUT",
-            )
+    _Handshakes(links, listener, deadline, label, allowed).run()
 
 
 def _check_silent_peer(

@@ -7,6 +7,7 @@ reaction (error type, fields, message, cleanup).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -159,6 +160,140 @@ def test_silent_peer_hits_the_init_deadline(base_path: str) -> None:
     assert err.elapsed is not None and 0.5 <= err.elapsed < 5
     assert fds_restored and clean
     values([peer])
+
+
+def _silent_then_bad(base_path: str, announced: bytes, init_timeout: float):
+    """Rank 0, a silent connection accepted first, then a peer announcing ``announced``."""
+    silent_in, done = Event(), Event()
+
+    def silent() -> bytes:
+        sock = raw_connect(base_path + "_0.sock")  # connected = in rank 0's accept queue
+        silent_in.notify()
+        done.wait()
+        try:
+            rest = sock.recv(1)  # rank 0 must have closed on us
+        except ConnectionResetError:
+            rest = b""
+        sock.close()
+        return rest
+
+    def bad() -> tuple[int, float]:
+        silent_in.wait()  # the bad announcement comes second
+        sock = raw_connect(base_path + "_0.sock")
+        sock.sendall(announced)
+        sent_at = time.monotonic()  # CLOCK_MONOTONIC is host-wide
+        if len(announced) == 4:  # a short one is only known to be short once it closes
+            with contextlib.suppress(ConnectionResetError):
+                sock.recv(1)  # rank 0's verdict: EOF or a reset
+        sock.close()
+        return os.getpid(), sent_at
+
+    def root() -> tuple[BaseException, bool, bool, float]:
+        err, fds_restored, clean = _root_expecting_failure(
+            base_path, 3, after=done, init_timeout=init_timeout
+        )()
+        return err, fds_restored, clean, time.monotonic()
+
+    return fork_all([root, silent, bad])
+
+
+@pytest.mark.parametrize(
+    ("announced", "match"),
+    [
+        (pack_rank(-1), "bad peer rank -1 (world_size 3)"),
+        (pack_rank(3), "bad peer rank 3 (world_size 3)"),
+        (pack_rank(1)[:2], "closed the connection after 2/4 bytes"),
+        (b"GET ", "bad peer rank 542393671 (world_size 3)"),
+    ],
+    ids=["rank-1", "rank=world", "truncated-close", "garbage"],
+)
+def test_silent_connection_does_not_delay_rejecting_a_bad_one(
+    base_path: str, announced: bytes, match: str
+) -> None:
+    """INIT-17: the bad announcement fails initialize at once, naming the bad pid."""
+    outcomes = _silent_then_bad(base_path, announced, init_timeout=6.0)
+    (err, fds_restored, clean, failed_at), silent_rest, (bad_pid, sent_at) = values(outcomes)
+    assert silent_rest == b""  # the silent connection was closed, never probed
+    assert isinstance(err, HandshakeError), err
+    assert match in str(err) and f"pid {bad_pid}" in str(err), str(err)
+    assert err.rank == 0 and err.phase == "handshake"
+    assert failed_at - sent_at < 3.0 and err.elapsed is not None and err.elapsed < 3.0, (
+        f"rejected {failed_at - sent_at:.3f}s after the announcement ({err.elapsed:.3f}s "
+        "into initialize) with a 6 s init deadline"
+    )
+    assert fds_restored and clean
+
+
+def test_silent_connection_does_not_delay_rejecting_a_duplicate(base_path: str) -> None:
+    """INIT-17 for duplicates: silent first, then rank 1 twice; the second is named."""
+    silent_in, first_in, done = Event(), Event(), Event()
+
+    def silent() -> bytes:
+        sock = raw_connect(base_path + "_0.sock")
+        silent_in.notify()
+        done.wait()
+        rest = sock.recv(1)
+        sock.close()
+        return rest
+
+    def first() -> bytes:
+        silent_in.wait()
+        sock = raw_connect(base_path + "_0.sock")
+        sock.sendall(pack_rank(1))
+        first_in.notify()
+        return sock.recv(1)
+
+    def second() -> tuple[int, bytes]:
+        first_in.wait()  # the duplicate must be the second to announce
+        return os.getpid(), _raw_peer(base_path, pack_rank(1))()
+
+    root = _root_expecting_failure(base_path, 4, after=done, init_timeout=6.0)
+    err_etc, silent_rest, first_rest, (second_pid, second_rest) = values(
+        fork_all([root, silent, first, second])
+    )
+    err, fds_restored, clean = err_etc
+    assert (silent_rest, first_rest, second_rest) == (b"", b"", b"")  # closed, never probed
+    assert isinstance(err, HandshakeError)
+    assert f"duplicate peer rank 1 from pid {second_pid}" in str(err), str(err)
+    assert err.elapsed is not None and err.elapsed < 3.0, err.elapsed
+    assert fds_restored and clean
+
+
+def test_surplus_silent_connection_is_dropped_once_all_ranks_are_in(base_path: str) -> None:
+    """A silent connection accepted first no longer blocks a complete group: once
+    ranks 1..n-1 have announced, rank 0 closes it (no probe) and the group forms."""
+    silent_in = Event()
+
+    def silent() -> bytes:
+        sock = raw_connect(base_path + "_0.sock")
+        silent_in.notify()
+        rest = sock.recv(1)  # EOF: never probed
+        sock.close()
+        return rest
+
+    def root() -> bytes:
+        b = CpuTpBroadcaster(fast_config(init_timeout=6.0))
+        b.initialize(0, 2, base_path)
+        data = bytearray(b"payload")
+        b.broadcast(data)
+        b.reset()
+        return bytes(data)
+
+    def peer() -> tuple[bytes, float]:
+        silent_in.wait()
+        b = CpuTpBroadcaster(fast_config())
+        start = time.monotonic()
+        b.initialize(1, 2, base_path)
+        took = time.monotonic() - start
+        data = bytearray(7)
+        b.broadcast(data)
+        b.reset()
+        return bytes(data), took
+
+    sent, silent_rest, (got, took) = values(fork_all([root, silent, peer]))
+    assert silent_rest == b""
+    assert got == sent == b"payload"
+    assert took < 3.0, took
 
 
 def test_never_arriving_peer_one_deadline_for_all(base_path: str) -> None:
