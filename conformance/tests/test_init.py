@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 
 import pytest
+
+from tpbcast.conformance.plugin import require
 
 from . import _support as s
 from ._support import rogue_peer, rogue_root
@@ -572,4 +575,107 @@ def test_connect_fails_at_once_on_eacces(tpbcast_run, tpbcast_impl):
     )
     assert "EACCES" in raised.message or raised.attrs.get("errno_name") == "EACCES", s.clause(
         "INIT-16", "the error names EACCES", raised, rank=1
+    )
+
+
+def _connected_to(before, path):
+    """True if a socket opened since ``before`` is connected to ``path`` (getpeername)."""
+    for fd, what in s.new_fds(before).items():
+        if not what.startswith("socket:"):
+            continue
+        try:
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue  # closed meanwhile (a refused connect attempt)
+        with sock:
+            try:
+                if sock.getpeername() == path:
+                    return True
+            except OSError:
+                continue  # not connected yet
+    return False
+
+
+def _silent_first(ctx, observe):
+    """Rank 1: the ``silent`` rogue (in a thread) connects and never sends; once a socket
+    of this rank is connected to rank 0 (so it is ahead in the accept queue), notify
+    ``"silent_in"``.  Returns (connected before the notify, the rogue's report or error)."""
+    before = s.fd_table()
+    out: dict[str, object] = {}
+
+    def play():
+        try:
+            out["report"] = rogue_peer("silent", observe=observe)(ctx)
+        except Exception as exc:  # a RogueError: no proof, the test reports it
+            out["error"] = repr(exc)
+
+    thread = threading.Thread(target=play, daemon=True)
+    thread.start()
+    path = s.sock_path(ctx.base_path)
+    connected = s.wait_for(lambda: _connected_to(before, path), 10.0)
+    ctx.notify("silent_in")
+    thread.join(observe + 12)
+    return connected, out.get("report", out.get("error"))
+
+
+@pytest.mark.clause("INIT-17")
+@pytest.mark.parametrize("bad", [-1, 3], ids=["rank-1", "rank=world"])
+def test_silent_connection_does_not_delay_rejecting_a_bad_one(tpbcast_run, tpbcast_impl, bad):
+    """Rank 1 connects first and stays silent; only then rank 2 announces ``bad``.
+
+    Reading announcements one at a time in accept order would wait for the silent one
+    until the init deadline (6 s); the bad announcement must fail initialize within
+    ``MARGIN`` of being sent, naming what it announced.
+    """
+    require(tpbcast_impl, "deadlines")
+    init = 6.0
+
+    def target(ctx):
+        if ctx.rank == 0:
+            bcast = s.make(tpbcast_impl, init=init)
+            entered = time.monotonic()  # CLOCK_MONOTONIC is host-wide: stamps compare
+            raised = s.attempt(bcast.initialize, 0, 3, ctx.base_path)
+            failed_at = time.monotonic()
+            initialized = bcast.is_initialized()
+            bcast.reset()
+            return raised, initialized, entered, failed_at
+        if ctx.rank == 1:
+            return _silent_first(ctx, observe=init + s.MARGIN)
+        ctx.wait("silent_in", timeout=15)
+        started = time.monotonic()
+        return started, rogue_peer("announce", rank=bad, observe=init + s.MARGIN)(ctx)
+
+    result = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT)
+    raised, initialized, entered, failed_at = result.outcomes[0].value
+    connected, silent = result.outcomes[1].value
+    started, report = result.outcomes[2].value
+    s.precondition(
+        connected and hasattr(silent, "did") and silent.did("connect") and not silent.sent,
+        f"the silent connection was not in before the bad one (connected={connected}, "
+        f"rogue: {silent})",
+    )
+    sends = [a for a in report.actions if a.kind == "send"]
+    s.precondition(sends, f"the bad announcement was not sent: {report.actions}")
+    sent_at = started + sends[0].t  # the rogue's clock starts after ``started``
+    s.precondition(
+        sent_at - entered < init - s.MARGIN,
+        f"the bad announcement came {sent_at - entered:.2f}s into rank 0's initialize, too "
+        f"late to tell a prompt rejection from the {init:g} s init deadline",
+    )
+    assert raised is not None and not initialized, s.clause(
+        "INIT-17", "rank 0's initialize fails", (raised, initialized), rank=0
+    )
+    took = failed_at - sent_at
+    assert took < s.MARGIN, s.clause(
+        "INIT-17",
+        f"a bad announcement ({bad}) behind a silent connection fails initialize within "
+        f"{s.MARGIN:g} s of being sent (init deadline {init:g} s)",
+        f"{raised} {took:.2f}s after the announcement",
+        rank=0,
+    )
+    assert s.mentions(raised, bad), s.clause(
+        "INIT-17", f"the error names what the bad connection sent ({bad})", raised, rank=0
+    )
+    assert report.probe != 0x5A, s.clause(
+        "INIT-17", "the bad connection never gets the probe", report, rank=0
     )
