@@ -123,6 +123,11 @@ class RankOutcome:
         how = f", killed by {self.signal_name}" if self.signal_name else ""
         return f"{head} TIMED OUT{how}" + (f" ({self.note})" if self.note else "")
 
+    def report(self) -> str:
+        """This rank's section of :meth:`GroupResult.report`: fate, exit code or signal,
+        traceback, faults fired, leaked fds, stack dump and the tails of its output."""
+        return "\n".join(_rank_section(self))
+
 
 def _tail(text: str, lines: int = _TAIL_LINES) -> str:
     parts = text.splitlines()

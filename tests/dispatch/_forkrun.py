@@ -14,7 +14,7 @@ from typing import Any
 
 from tpbcast.harness import RankContext, RankOutcome, Status, run_ranks
 
-__all__ = ["RankContext", "describe", "run_forked", "values"]
+__all__ = ["RankContext", "run_forked", "values"]
 
 
 def run_forked(
@@ -34,19 +34,9 @@ def run_forked(
     return list(result.outcomes)
 
 
-def describe(outcome: RankOutcome) -> str:
-    """The outcome's summary, traceback and the tail of its stderr."""
-    parts = [outcome.summary()]
-    if outcome.traceback:
-        parts.append(outcome.traceback)
-    if outcome.stderr.strip():
-        parts.append("stderr:\n" + outcome.stderr[-4000:])
-    return "\n".join(parts)
-
-
 def values(results: Sequence[RankOutcome]) -> list[Any]:
     """Every rank's return value, or an AssertionError describing each failed rank."""
     bad = [o for o in results if o.status is not Status.OK]
     if bad:
-        raise AssertionError("ranks failed:\n" + "\n".join(describe(o) for o in bad))
+        raise AssertionError("ranks failed:\n" + "\n".join(o.report() for o in bad))
     return [o.value for o in results]

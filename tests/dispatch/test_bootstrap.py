@@ -21,7 +21,7 @@ from tpbcast.reference_impl import (
 )
 
 from . import _stack
-from ._forkrun import RankContext, describe, run_forked, values
+from ._forkrun import RankContext, run_forked, values
 
 FAILING_RANK = 2
 
@@ -193,7 +193,7 @@ def test_rank_death_during_consensus_leaves_no_rank_on_uds():
     results = run_forked(_death_rank, 3, timeout=60)
     dead = results[FAILING_RANK]
     # the fault happened, and only after the wire bootstrap had succeeded
-    assert (dead.status, dead.exit_code) == (Status.EXITED, DEATH_CODE), describe(dead)
+    assert (dead.status, dead.exit_code) == (Status.EXITED, DEATH_CODE), dead.report()
     for rank in (0, 1):
         res = values([results[rank]])[0]
         assert res["phase"] == "bootstrap-consensus", res
@@ -227,7 +227,7 @@ def test_failed_layout_consensus_takes_down_a_broadcaster_left_up():
     results = run_forked(_death_before_rebootstrap_rank, 3, timeout=60)
     dead = results[FAILING_RANK]
     # the fault happened: rank 2 left after a first bootstrap that brought UDS up
-    assert (dead.status, dead.exit_code) == (Status.EXITED, DEATH_CODE), describe(dead)
+    assert (dead.status, dead.exit_code) == (Status.EXITED, DEATH_CODE), dead.report()
     for rank in (0, 1):
         res = values([results[rank]])[0]
         assert res["up_before"] is True

@@ -65,6 +65,9 @@ def test_report_has_a_section_per_rank_with_everything():
     assert "earlier lines cut" in text  # long output is tailed
     assert "leftover files in workdir: g_0.sock" in text
     assert "hello" in text
+    # each rank's section is also available on its own, e.g. for a test's assert message
+    assert result.outcomes[1].report() in text
+    assert result.outcomes[1].report().startswith("----- rank 1 (pid 1001): SIGNALED")
 
 
 def test_ok_group_and_raise_for_failure():

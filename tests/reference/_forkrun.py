@@ -78,19 +78,9 @@ def run_group(
     )
 
 
-def describe(outcome: RankOutcome) -> str:
-    """The outcome's summary, traceback and the tail of its stderr."""
-    parts = [outcome.summary()]
-    if outcome.traceback:
-        parts.append(outcome.traceback)
-    if outcome.stderr.strip():
-        parts.append("stderr:\n" + outcome.stderr[-4000:])
-    return "\n".join(parts)
-
-
 def values(outcomes: Sequence[RankOutcome]) -> list[Any]:
     """The return values, or an AssertionError describing every failed process."""
     bad = [o for o in outcomes if o.status is not Status.OK]
     if bad:
-        raise AssertionError("ranks failed:\n" + "\n".join(describe(o) for o in bad))
+        raise AssertionError("ranks failed:\n" + "\n".join(o.report() for o in bad))
     return [o.value for o in outcomes]
