@@ -27,6 +27,7 @@ from typing import Final
 
 from ._report_json import JSON_SCHEMA, as_runs, json_document, suite_from_json
 from ._results import (
+    CheckResult,
     ClauseResult,
     SuiteResult,
     Verdict,
@@ -140,7 +141,7 @@ def _clause_html(row: ReportRow) -> str:
     items = "".join(
         f"<li><code>{_esc(ch.test_id)}</code> {_badge(ch.verdict)}"
         f"{f' <small>run {i + 1}</small>' if multi else ''}"
-        f" <small>{ch.duration:.2f} s</small></li>"
+        f" <small>{_esc(_check_text(ch))}</small></li>"
         for i, ch in checks
     )
     check_list = f'<ul class="checks">{items}</ul>' if items else "<p><em>no checks</em></p>"
@@ -152,6 +153,12 @@ def _clause_html(row: ReportRow) -> str:
         f'<p class="req">{_esc(c.requirement)}</p>'
         f'<p class="why"><b>Why:</b> {_esc(c.rationale)}</p>{caps_html}{check_list}</details>'
     )
+
+
+def _check_text(check: CheckResult) -> str:
+    """What one check judged (its requirement, or what it observed), clipped for a list."""
+    text = " ".join(check.message.split())
+    return text if len(text) <= 240 else text[:237] + "..."
 
 
 def _clause_md(row: ReportRow) -> str:
@@ -277,7 +284,10 @@ def _headline(suite: SuiteResult) -> str:
         return f"FAIL: tests cite unknown clause ids {', '.join(suite.unknown_clause_ids)}"
     if fails:
         return f"FAIL: {len(fails)} MUST clause(s) not shown to hold"
-    return "PASS: every MUST clause that ran holds"
+    unjudged = len(suite.must_not_judged)
+    if unjudged:
+        return f"PASS for the judged MUST clauses only ({unjudged} MUST clause(s) not judged)"
+    return "PASS: every MUST clause was judged and holds"
 
 
 def _md_table(columns: Sequence[Column], rows: Sequence[ReportRow]) -> list[str]:
@@ -305,6 +315,7 @@ def render_report_markdown(
             f"## {_md_cell(impl.label)}",
             "",
             f"- Result: **{_headline(suite)}** (exit status {exit_status(suite)})",
+            f"- Judged: {suite.judgement_summary()}",
             f"- Implementation: `{impl.spec or impl.name}`, version {impl.version or 'unknown'}",
             f"- Capabilities: {', '.join(sorted(impl.capabilities)) or 'none declared'}",
             f"- Spec: {suite.spec_label}; started {suite.started.isoformat(timespec='seconds')}; "
@@ -430,6 +441,7 @@ def _run_card(suite: SuiteResult) -> str:
     return (
         f'<div class="run"><h3>{_esc(impl.label)}</h3>'
         f'<div class="headline {"ok" if ok else "bad"}">{_esc(_headline(suite))}</div>'
+        f'<p class="judged">{_esc(suite.judgement_summary())}</p>'
         f'<dl class="meta">{dl}</dl>'
         f'<table class="counts"><tr><th>level</th>{head}</tr>{body}</table></div>'
     )

@@ -25,7 +25,7 @@ from .spec import Spec, default_spec
 
 __all__ = ["JSON_SCHEMA", "as_runs", "json_document", "suite_from_json"]
 
-JSON_SCHEMA: Final = "tpbcast-conformance-report/1"
+JSON_SCHEMA: Final = "tpbcast-conformance-report/2"
 
 
 def as_runs(suites: SuiteResult | Sequence[SuiteResult]) -> list[SuiteResult]:
@@ -66,6 +66,11 @@ def _suite_json(suite: SuiteResult) -> dict[str, Any]:
                 for lvl, counts in suite.counts_by_level().items()
             },
             "must_failures": [r.clause.id for r in suite.must_failures],
+            "must_not_judged": [r.clause.id for r in suite.must_not_judged],
+            "unlocking_capabilities": {
+                cap: list(ids) for cap, ids in suite.unlocking_capabilities().items()
+            },
+            "judged": suite.judgement_summary(),
         },
         "unknown_clause_ids": list(suite.unknown_clause_ids),
         "clauses": [
@@ -78,7 +83,15 @@ def _suite_json(suite: SuiteResult) -> dict[str, Any]:
                 "duration": round(r.duration, 6),
                 "failing_rank": r.failing_rank,
                 "message": r.message,
-                "checks": [ch.test_id for ch in r.checks],
+                "checks": [
+                    {
+                        "test_id": ch.test_id,
+                        "verdict": ch.verdict.value,
+                        "failing_rank": ch.failing_rank,
+                        "message": ch.message,
+                    }
+                    for ch in r.checks
+                ],
                 "implementation": impl_json,
             }
             for r in suite.clauses
@@ -117,12 +130,15 @@ def suite_from_json(doc: Mapping[str, Any], spec: Spec | None = None) -> SuiteRe
         )
         for c in doc["checks"]
     )
-    by_test = {c.test_id: c for c in checks}
+    by_clause: dict[str, list[CheckResult]] = {}
+    for check in checks:
+        for cid in check.clause_ids:
+            by_clause.setdefault(cid, []).append(check)
     clauses = tuple(
         ClauseResult(
             clause=spec[c["id"]],
             verdict=Verdict(c["verdict"]),
-            checks=tuple(by_test[t] for t in c["checks"] if t in by_test),
+            checks=tuple(by_clause.get(c["id"], ())),
         )
         for c in doc["clauses"]
         if c["id"] in spec

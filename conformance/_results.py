@@ -62,11 +62,14 @@ class Verdict(enum.StrEnum):
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The outcome of one test (check) and the clauses it cites.
+    """The outcome of one check: one clause judged by one test.
 
-    ``failing_rank`` is the first rank that failed (``None``: no rank failed, or the failure
-    was not a rank's).  ``details`` holds extra text fields for the reports (seed, replay
-    command, per-rank summaries); it is excluded from hashing.
+    A test makes one or more checks (``_checks``); each names exactly one clause, so
+    ``clause_ids`` holds one id for checks the plugin makes (several are accepted from
+    other runners, which judge a whole test at once).  ``duration`` is the whole test's.
+    ``failing_rank`` is the rank the check names as failing (``None``: no rank failed, or
+    the failure was not a rank's).  ``details`` holds extra text fields for the reports
+    (seed, replay command, per-rank summaries); it is excluded from hashing.
     """
 
     test_id: str
@@ -95,8 +98,8 @@ class ClauseResult:
 
     @property
     def duration(self) -> float:
-        """Total duration of the checks citing the clause."""
-        return sum(c.duration for c in self.checks)
+        """Total duration of the tests judging the clause (each test counted once)."""
+        return sum({c.test_id: c.duration for c in self.checks}.values())
 
     @property
     def deciding_check(self) -> CheckResult | None:
@@ -169,6 +172,54 @@ class SuiteResult:
     @property
     def must_failures(self) -> tuple[ClauseResult, ...]:
         return tuple(r for r in self.clauses if r.is_must_failure)
+
+    @property
+    def must_not_judged(self) -> tuple[ClauseResult, ...]:
+        """MUST clauses with no verdict about the implementation (UNSUPPORTED, NOT_TESTED).
+
+        "Conforms" can only be said of the MUST clauses that were judged; these are the
+        rest, and the reports name them.
+        """
+        unjudged = (Verdict.UNSUPPORTED, Verdict.NOT_TESTED)
+        return tuple(r for r in self.clauses if r.clause.level == "MUST" and r.verdict in unjudged)
+
+    def unlocking_capabilities(self) -> dict[str, tuple[str, ...]]:
+        """Capability -> the not-judged MUST clauses that need it and it does not declare.
+
+        Sorted by how many clauses each would unlock, most first.
+        """
+        unlocks: dict[str, list[str]] = {}
+        declared = self.implementation.capabilities
+        for result in self.must_not_judged:
+            for cap in result.clause.capabilities:
+                if cap not in declared:
+                    unlocks.setdefault(cap, []).append(result.clause.id)
+        ordered = sorted(unlocks.items(), key=lambda item: (-len(item[1]), item[0]))
+        return {cap: tuple(ids) for cap, ids in ordered}
+
+    def judgement_summary(self) -> str:
+        """One plain sentence: what was judged, what holds, and what was not judged."""
+        musts = [r for r in self.clauses if r.clause.level == "MUST"]
+        unjudged = self.must_not_judged
+        judged = len(musts) - len(unjudged)
+        failed = len(self.must_failures)
+        if failed:
+            text = f"{failed} of the {judged} MUST clause(s) judged are not shown to hold"
+        else:
+            text = f"all {judged} MUST clause(s) judged hold"
+        if not unjudged:
+            return f"{text}; every MUST clause of the run was judged."
+        unlocks = self.unlocking_capabilities()
+        hint = (
+            "; declaring "
+            + ", ".join(f"{cap!r} would judge {len(ids)}" for cap, ids in unlocks.items())
+            if unlocks
+            else ""
+        )
+        return (
+            f"{text}; {len(unjudged)} of {len(musts)} MUST clause(s) were NOT judged "
+            f"(unsupported or not run), so conformance is claimed for the judged ones only{hint}."
+        )
 
     @property
     def exit_status(self) -> int:

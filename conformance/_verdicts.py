@@ -27,24 +27,41 @@ plugin's docs) are:
 
 When several phases fail, the earliest decides (setup, then call, then teardown): a
 teardown error after a call FAIL keeps the FAIL.
+
+**Per clause, not per test.**  Every check names exactly one clause (``_checks``): a soft
+check (``_support.check``) is recorded and the test goes on; a failure that ends the test
+is attributed to the clause its message names (``"INIT-10: ..."``, also inside a rank,
+and a ``PreconditionError`` raised with a clause).  :func:`clause_checks` folds one
+test's record into checks per cited clause:
+
+* a clause's own checks stand as recorded, so a SHOULD wording check can only fail its
+  SHOULD clause, never the MUST clause the same test judges;
+* a failure that names no clause (a setup error, a skip, a rank that died or raised the
+  implementation's own exception, a suite defect) applies to every cited clause that has
+  no FAIL of its own: the test did not finish, so none of them can be claimed to hold;
+* a cited clause with no check of its own gets one implicit PASS if the test passed (its
+  success is the check), or ERROR "not judged" if the test stopped at another clause's
+  failed check first.  So a SHOULD check must be soft (never stop the test): a hard
+  SHOULD failure would leave a later MUST clause unjudged.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
 import pytest
 
+from ._checks import Check, clause_of_message
 from ._results import Verdict
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
 __all__ = [
     "Judgement",
     "Unsupported",
+    "clause_checks",
     "judge",
     "judge_exception",
     "require",
@@ -53,10 +70,6 @@ __all__ = [
 # Longest message carried into the reports; the full text stays in pytest's output.
 MESSAGE_LIMIT: Final = 4000
 
-# The suite's assertion messages (``conformance/tests/_support.clause``) read
-# ``"<ID>: <requirement> -- [rank <n>: ]got <observation>"``; a rank named there is the
-# failing rank of a FAIL that no rank group raised.
-_CLAUSE_RANK_RE: Final = re.compile(r"^[A-Z]+-\d+: .*? -- rank (\d+): got ", re.DOTALL)
 # pytest's assertion rewriting appends "\nassert <expression>" to the message: the
 # clause message already says what was observed, so the reports keep the message only
 # (pytest's own output still shows the full explanation).
@@ -112,6 +125,8 @@ class Judgement:
     verdict: Verdict
     message: str = ""
     failing_rank: int | None = None
+    clause_id: str | None = None
+    """The one clause this outcome judges, if its message names one (else: every clause)."""
 
 
 def _clip(text: str) -> str:
@@ -135,10 +150,12 @@ def _judge_group_failure(exc: BaseException) -> Judgement:
     rank = getattr(first, "rank", None)
     status = getattr(getattr(first, "status", None), "name", "")
     exc_type = str(getattr(first, "exc_type", None) or "")
+    named = clause_of_message(str(getattr(first, "exc_message", None) or ""))
+    cid = named[0] if named else None
     if exc_type.rsplit(".", 1)[-1] == _PRECONDITION_NAME:
         detail = getattr(first, "exc_message", None) or headline
         message = f"rank {rank} could not stage the test (no verdict): {detail}"
-        return Judgement(Verdict.ERROR, _clip(message), rank)
+        return Judgement(Verdict.ERROR, _clip(message), rank, cid)
     if status == "TIMED_OUT":
         return Judgement(
             Verdict.ERROR,
@@ -146,19 +163,24 @@ def _judge_group_failure(exc: BaseException) -> Judgement:
             rank,
         )
     detail = getattr(first, "exc_message", None) or ""
+    if cid is not None and exc_type.rsplit(".", 1)[-1] == "AssertionError":
+        # A clause check that failed inside the rank: judged like one in the test body.
+        text = detail.split(_REWRITE_TAIL, 1)[0]
+        return Judgement(Verdict.FAIL, _clip(f"{text}\n\n{exc}"), rank, cid)
     message = headline if not detail or detail in headline else f"{headline}\n{detail}"
     return Judgement(Verdict.FAIL, _clip(f"{message}\n\n{exc}"), rank)
 
 
 def _judge_assertion(text: str) -> Judgement:
-    """A failed check: FAIL with the clause message, and the rank it names, if any."""
-    if re.match(r"^[A-Z]+-\d+: ", text):
-        text = text.split(_REWRITE_TAIL, 1)[0]
-    match = _CLAUSE_RANK_RE.match(text)
-    return Judgement(Verdict.FAIL, _clip(text), int(match.group(1)) if match else None)
+    """A failed check: FAIL with the clause message, its clause and the rank it names."""
+    named = clause_of_message(text)
+    if named is None:
+        return Judgement(Verdict.FAIL, _clip(text))
+    text = text.split(_REWRITE_TAIL, 1)[0]
+    return Judgement(Verdict.FAIL, _clip(text), named[1], named[0])
 
 
-def judge_exception(when: str, exc: BaseException, text: str) -> Judgement:
+def judge_exception(when: str, exc: BaseException, text: str) -> Judgement:  # noqa: PLR0911
     """The verdict for a phase that raised ``exc`` (``text`` is pytest's short repr).
 
     :param when: ``"setup"``, ``"call"`` or ``"teardown"``.
@@ -174,6 +196,15 @@ def judge_exception(when: str, exc: BaseException, text: str) -> Judgement:
         return Judgement(Verdict.ERROR, _clip(f"setup failed (no verdict reached): {text}"))
     if type(exc).__name__ == "RankGroupFailure":
         return _judge_group_failure(exc)
+    if type(exc).__name__ == _PRECONDITION_NAME:
+        message = str(exc)
+        named = clause_of_message(message)
+        return Judgement(
+            Verdict.ERROR,
+            _clip(f"could not stage the test (no verdict): {message}"),
+            None,
+            named[0] if named else None,
+        )
     if isinstance(exc, AssertionError | pytest.fail.Exception):
         # The checks' messages start with the clause ("WIRE-3: ... -- got ..."); the
         # exception type adds nothing for a reader of the report.
@@ -202,3 +233,54 @@ def judge(phases: Iterable[Judgement | None]) -> Judgement:
         if phase is not None and _SEVERITY.get(phase.verdict, 2) > 0:
             return phase
     return Judgement(Verdict.PASS)
+
+
+_IMPLICIT_NOTE: Final = "the test passed (it records no separate check for this clause)"
+
+
+def clause_checks(
+    cited: Sequence[str], recorded: Iterable[Check], phases: Iterable[Judgement | None]
+) -> list[Check]:
+    """One test's checks, per clause: the rules in the module docstring.
+
+    :param cited: the clause ids the test's ``clause`` marker names, in order.
+    :param recorded: the soft checks the test made (``_checks.CheckLog.checks``).
+    :param phases: the judgement of each phase that raised (setup, call, teardown order).
+    """
+    checks = list(recorded)
+    unattributed: Judgement | None = None
+    stopped_at: Judgement | None = None
+    for phase in phases:
+        if phase is None or phase.verdict is Verdict.PASS:
+            continue
+        stopped_at = stopped_at or phase
+        if phase.clause_id is not None:
+            checks.append(Check(phase.clause_id, phase.verdict, phase.message, phase.failing_rank))
+        elif unattributed is None:
+            unattributed = phase
+    out = [
+        check
+        if check.clause_id in cited
+        else Check(
+            check.clause_id,
+            Verdict.ERROR,
+            f"suite defect: a check of {check.clause_id} in a test that does not cite it "
+            f"(add it to the clause marker): {check.message}",
+            check.rank,
+        )
+        for check in checks
+    ]
+    for cid in cited:
+        own = [c for c in out if c.clause_id == cid]
+        if unattributed is not None and not any(c.verdict is Verdict.FAIL for c in own):
+            out.append(
+                Check(cid, unattributed.verdict, unattributed.message, unattributed.failing_rank)
+            )
+        elif not own and stopped_at is not None:
+            # Not reached: the test stopped at another clause's failed check first.
+            first = (stopped_at.message.splitlines() or [""])[0]
+            note = f"not judged: the test stopped before checking {cid} ({first})"
+            out.append(Check(cid, Verdict.ERROR, _clip(note)))
+        elif not own:
+            out.append(Check(cid, Verdict.PASS, _IMPLICIT_NOTE))
+    return out

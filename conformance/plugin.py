@@ -13,9 +13,11 @@ What it does, in hook order:
    ``UsageError``: a hook exception inside an xdist worker crashes the controller
    instead of reporting), and the run exits with status 4 (usage error).  With a
    selection, tests citing no selected clause are deselected.
-3. Maps each test's outcome to a verdict (the rules are in :mod:`._verdicts`) and
-   carries it, with the clause ids, failing rank and message, in the report's
-   ``user_properties`` (so it crosses xdist and lands in JUnit XML as properties).
+3. Opens a check log for each test (``_checks``: the soft checks it records, one clause
+   each), maps the test's outcome and its checks to verdicts per clause (the rules are
+   in :mod:`._verdicts`) and carries them, as JSON, in the report's ``user_properties``
+   (so they cross xdist and land in JUnit XML as properties), beside the test's overall
+   verdict.
 4. In the controlling process, aggregates per clause (``_results.aggregate``), writes
    the JSON, markdown and HTML reports into ``--tpbcast-report-dir`` and sets the exit
    status from ``_results.exit_status``: non-zero iff a MUST clause fails (FAIL or
@@ -29,6 +31,7 @@ What it does, in hook order:
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import tempfile
@@ -39,8 +42,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
+from . import _checks
 from ._results import CheckResult, ImplementationInfo, SuiteResult, Verdict, aggregate
-from ._verdicts import Judgement, Unsupported, judge, judge_exception, require
+from ._verdicts import Judgement, Unsupported, clause_checks, judge, judge_exception, require
 from .spec import Spec, load_spec
 
 if TYPE_CHECKING:
@@ -75,6 +79,7 @@ P_IMPL_VERSION: Final = "tpbcast_impl_version"
 P_IMPL_CAPS: Final = "tpbcast_impl_capabilities"
 P_IMPL_SPEC: Final = "tpbcast_impl_spec"
 P_SEED: Final = "tpbcast_seed"
+P_CHECKS: Final = "tpbcast_checks"
 
 _SPEC_KEY: Final = pytest.StashKey[Spec]()
 _SELECTED_KEY: Final = pytest.StashKey[tuple[str, ...] | None]()
@@ -82,6 +87,7 @@ _CLAUSES_KEY: Final = pytest.StashKey[tuple[str, ...]]()
 _PHASES_KEY: Final = pytest.StashKey[list[Judgement | None]]()
 _DURATION_KEY: Final = pytest.StashKey[float]()
 _SHARED_KEY: Final = pytest.StashKey[str]()
+_LOG_KEY: Final = pytest.StashKey[_checks.CheckLog]()
 
 
 # --------------------------------------------------------------------------- selection
@@ -294,6 +300,27 @@ def tpbcast_conformance_settings(tpbcast_settings: Any) -> Any:
     return tpbcast_settings
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Open the test's check log before anything of it runs."""
+    if _CLAUSES_KEY in item.stash:
+        item.stash[_LOG_KEY] = _checks.begin()
+
+
+def _checks_json(checks: Iterable[_checks.Check]) -> str:
+    return json.dumps(
+        [
+            {
+                "clause": c.clause_id,
+                "verdict": c.verdict.value,
+                "message": c.message,
+                "rank": c.rank,
+            }
+            for c in checks
+        ]
+    )
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -306,6 +333,14 @@ def pytest_runtest_makereport(
     item.stash[_DURATION_KEY] = item.stash.get(_DURATION_KEY, 0.0) + call.duration
     if call.excinfo is None:
         phases.append(None)
+        log = item.stash.get(_LOG_KEY, None)
+        failed = [c for c in log.checks if c.verdict.is_failure] if log is not None else []
+        if call.when == "call" and failed and report.outcome == "passed":
+            # Soft checks failed: pytest must show the test failed, with every message.
+            report.outcome = "failed"
+            report.longrepr = "\n\n".join(
+                f"failed check {i}/{len(failed)}: {c.message}" for i, c in enumerate(failed, 1)
+            )
     else:
         phases.append(judge_exception(call.when, call.excinfo.value, call.excinfo.exconly()))
     if call.when == "setup":
@@ -322,7 +357,17 @@ def pytest_runtest_makereport(
             report.user_properties.append((P_IMPL_CAPS, caps))
     if call.when == "teardown":
         final = judge(phases)
+        _checks.end()
+        log = item.stash.get(_LOG_KEY, None)
+        recorded = log.checks if log is not None else []
+        cited: tuple[str, ...] = item.stash[_CLAUSES_KEY]
+        per_clause = clause_checks(cited, recorded, phases)
+        if final.verdict is Verdict.PASS and any(c.verdict.is_failure for c in per_clause):
+            # Soft checks failed although no phase raised: the test as a whole failed.
+            worst = next(c for c in per_clause if c.verdict.is_failure)
+            final = Judgement(worst.verdict, worst.message, worst.rank, worst.clause_id)
         props = report.user_properties
+        props.append((P_CHECKS, _checks_json(per_clause)))
         props.append((P_VERDICT, final.verdict.value))
         duration: float = item.stash[_DURATION_KEY]
         props.append((P_DURATION, round(duration, 6)))
@@ -382,17 +427,18 @@ class _ResultCollector:
                 version=str(values.get(P_IMPL_VERSION, "")),
                 capabilities=frozenset(c for c in caps.split(",") if c),
             )
-        if report.when == "teardown" and P_VERDICT in values:
-            rank = values.get(P_RANK)
-            self.checks.append(
+        if report.when == "teardown" and P_CHECKS in values:
+            duration = float(str(values.get(P_DURATION, report.duration)))
+            self.checks.extend(
                 CheckResult(
                     test_id=report.nodeid,
-                    clause_ids=clauses or self.clauses_by_node.get(report.nodeid, ()),
-                    verdict=Verdict(str(values[P_VERDICT])),
-                    duration=float(str(values.get(P_DURATION, report.duration))),
-                    failing_rank=None if rank is None else int(str(rank)),
-                    message=str(values.get(P_MESSAGE, "")),
+                    clause_ids=(str(entry["clause"]),),
+                    verdict=Verdict(str(entry["verdict"])),
+                    duration=duration,
+                    failing_rank=None if entry["rank"] is None else int(entry["rank"]),
+                    message=str(entry["message"]),
                 )
+                for entry in json.loads(str(values[P_CHECKS]))
             )
         elif report.when not in ("setup", "call", "teardown") and report.failed:
             # xdist reports a crashed worker's test with when="???": no verdict reached.
@@ -445,6 +491,7 @@ class _ResultCollector:
         for level, counts in self.suite.counts_by_level().items():
             shown = ", ".join(f"{v.value} {n}" for v, n in counts.items() if n)
             tr.write_line(f"{level:<6} {shown or '-'}")
+        tr.write_line(f"judged: {self.suite.judgement_summary()}")
         for failure in self.suite.must_failures:
             rank = f" (rank {failure.failing_rank})" if failure.failing_rank is not None else ""
             first = failure.message.splitlines()[0] if failure.message else ""

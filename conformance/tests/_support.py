@@ -336,14 +336,16 @@ class PreconditionError(RuntimeError):
     """
 
 
-def precondition(holds: object, what: str) -> None:
-    """Raise :class:`PreconditionError` naming ``what`` unless ``holds``.
+def precondition(cid: str, holds: object, what: str) -> None:
+    """Raise :class:`PreconditionError` for clause ``cid`` naming ``what`` unless ``holds``.
 
     Every fault test calls this on the proof that its fault happened before it judges
-    the implementation's reaction.
+    the implementation's reaction.  The message starts with the clause id, so the verdict
+    rules make that clause ERROR (inconclusive), and only that clause: a clause the test
+    had already judged keeps its verdict.
     """
     if not holds:
-        raise PreconditionError(f"precondition not met, nothing judged: {what}")
+        raise PreconditionError(f"{cid}: precondition not met, nothing judged: {what}")
 
 
 def clause(cid: str, sentence: str, got: object, *, rank: int | None = None) -> str:
@@ -356,6 +358,30 @@ def clause(cid: str, sentence: str, got: object, *, rank: int | None = None) -> 
     """
     who = "" if rank is None else f"rank {rank}: "
     return f"{cid}: {sentence} -- {who}got {got}"
+
+
+def check(
+    cid: str, holds: object, sentence: str, got: object = "", *, rank: int | None = None
+) -> bool:
+    """Judge one check of clause ``cid``: record it and go on (a *soft* check).
+
+    The test keeps running after a failed check, so its later checks are judged too,
+    and a check can only decide its own clause (a SHOULD wording check never fails the
+    MUST clause of the same test).  Returns ``bool(holds)``, for a test whose next
+    step only makes sense if this one held::
+
+        if not s.check("INIT-10", raised is not None, "a wrong probe is refused", "none"):
+            return
+
+    Called inside a forked rank (or outside a conformance run) a failed check raises
+    ``AssertionError`` with the clause message instead, since nobody would read the
+    rank's copy of the log.  ``got`` is only formatted when the check fails.
+    """
+    from tpbcast.conformance._checks import record
+
+    passed = bool(holds)
+    message = clause(cid, sentence, got, rank=rank) if not passed else f"{cid}: {sentence}"
+    return record(cid, passed, message, rank=None if passed else rank)
 
 
 def peers_of(result: Any) -> list[Any]:

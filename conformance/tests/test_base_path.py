@@ -88,7 +88,9 @@ def test_keyed_default_paths_of_concurrent_groups_differ(tpbcast_run, tpbcast_im
     result = tpbcast_run(target, 4, timeout=s.GROUP_TIMEOUT)
     seen = s.ok_values(result)
     ppids = {ppid for ppid, *_ in seen}
-    s.precondition(len(ppids) == 1, f"the 4 ranks are siblings of one parent, got ppids {ppids}")
+    s.precondition(
+        "SEC-13", len(ppids) == 1, f"the 4 ranks are siblings of one parent, got ppids {ppids}"
+    )
     paths = [path for _, path, _, _ in seen]
     for rank, (_, path, again, _) in enumerate(seen):
         assert path == again, s.clause(
@@ -158,8 +160,12 @@ def test_default_paths_of_groups_with_different_parents_differ(tpbcast_run, tpbc
             assert ok, s.clause(
                 "SEC-13", f"the group of launcher {index} runs on its default path", summary
             )
-            s.precondition(value[0] == pid, f"launcher {index} (pid {pid}) is the group's parent")
-    s.precondition(launched[0][0] != launched[1][0], "the two launchers are two processes")
+            s.precondition(
+                "SEC-13", value[0] == pid, f"launcher {index} (pid {pid}) is the group's parent"
+            )
+    s.precondition(
+        "SEC-13", launched[0][0] != launched[1][0], "the two launchers are two processes"
+    )
     paths = [[value[1] for _, value, _ in ranks] for _, ranks in launched]
     assert paths[0][0] == paths[0][1] and paths[1][0] == paths[1][1], s.clause(
         "SEC-13", "the ranks of one group compute the same default path", paths
@@ -196,7 +202,7 @@ UNSAFE_IDS = (
 def test_session_ids_are_sanitised(tpbcast_run, tpbcast_impl):
     require(tpbcast_impl, "base_path")
     for raw in UNSAFE_IDS:
-        s.precondition(not SAFE.match(raw), f"{raw!r} holds a character to sanitise")
+        s.precondition("SEC-14", not SAFE.match(raw), f"{raw!r} holds a character to sanitise")
 
     def target(ctx):
         bcast = tpbcast_impl.create()
@@ -306,7 +312,9 @@ def test_socket_dir_from_tmpdir_and_environment(tpbcast_run, tpbcast_impl):
     assert os.path.dirname(seen["os_environ"]) == elsewhere, s.clause(
         "SEC-15", "environ=None reads the process environment", seen["os_environ"]
     )
-    s.precondition(before == "missing", f"{per_uid} did not exist before initialize ({before})")
+    s.precondition(
+        "SEC-15", before == "missing", f"{per_uid} did not exist before initialize ({before})"
+    )
     digests = {outcome.value[6] for outcome in result.outcomes}
     assert digests == {_want(result.seed, "sec15")}, s.clause(
         "SEC-15", "a group runs on the TMPDIR path", digests
@@ -347,10 +355,14 @@ def test_length_checked_before_any_socket_work(tpbcast_run, tpbcast_impl):
 
     value = tpbcast_run(target, 1, timeout=s.GROUP_TIMEOUT).outcomes[0].value
     name, at_limit, over, far, fine, refused, refused_far, opened, kinds = value
-    s.precondition(len(os.path.basename(at_limit)) > 0, "the padding fits after the workdir")
+    s.precondition(
+        "SEC-16", len(os.path.basename(at_limit)) > 0, "the padding fits after the workdir"
+    )
     over_bytes = len(os.fsencode(os.path.join(over, name) + "_0.sock"))
     s.precondition(
-        over_bytes == SUN_PATH_MAX + 1, f"the over-limit path has 108 bytes, not {over_bytes}"
+        "SEC-16",
+        over_bytes == SUN_PATH_MAX + 1,
+        f"the over-limit path has 108 bytes, not {over_bytes}",
     )
     assert fine == os.path.join(at_limit, name), s.clause(
         "SEC-16", "a rank-0 path of exactly 107 bytes is accepted", fine

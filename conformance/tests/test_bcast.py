@@ -221,7 +221,9 @@ def test_torch_cpu_tensors_contiguous_or_not(tpbcast_run, tpbcast_impl):
         else:
             contiguous = torch.zeros_like(want_c)
             strided = torch.zeros(16, 24).t()
-        s.precondition(not strided.is_contiguous(), "the strided tensor came out contiguous")
+        s.precondition(
+            "BCAST-9", not strided.is_contiguous(), "the strided tensor came out contiguous"
+        )
         bcast.broadcast(contiguous)
         bcast.broadcast(strided)
         bcast.reset()
@@ -332,6 +334,7 @@ def test_payload_moved_in_small_pieces_arrives_intact(tpbcast_run, tpbcast_impl)
 
     report = tpbcast_run(as_root, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
     s.precondition(
+        "BCAST-12",
         report.buffers is not None and max(report.buffers) < 64 * 1024,
         f"the peer's socket buffers were not made tiny: {report.buffers}",
     )
@@ -361,7 +364,7 @@ def test_failed_broadcast_poisons_until_reset(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     first, second, took, third = result.outcomes[0].value
-    s.precondition(result.outcomes[1].value.did("close"), "the fault did not happen")
+    s.precondition("BCAST-13", result.outcomes[1].value.did("close"), "the fault did not happen")
     assert first is not None, s.clause("BCAST-13", "the broadcast to a closed peer fails", None)
     assert second is not None and took < 1.0, s.clause(
         "BCAST-13", "the next broadcast raises at once (broken until reset)", (second, took)
@@ -389,7 +392,7 @@ def test_failed_peer_broadcast_poisons_until_reset(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     report, (first, second, took) = result.outcomes[0].value, result.outcomes[1].value
-    s.precondition(report.did("die"), f"the fault did not happen: {report.actions}")
+    s.precondition("BCAST-13", report.did("die"), f"the fault did not happen: {report.actions}")
     assert first is not None, s.clause("BCAST-13", "a cut-off broadcast fails", None)
     assert second is not None and took < 1.0, s.clause(
         "BCAST-13", "a peer's next broadcast raises at once until reset", (second, took)
@@ -433,7 +436,9 @@ def test_reset_from_another_thread_during_broadcast(tpbcast_run, tpbcast_impl):
     in_flight, reset_raised, alive, raised, left = (
         tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT + 10).outcomes[1].value
     )
-    s.precondition(in_flight, "the fault did not happen: the broadcast never blocked in the kernel")
+    s.precondition(
+        "BCAST-14", in_flight, "the fault did not happen: the broadcast never blocked in the kernel"
+    )
     assert reset_raised is None and not alive, s.clause(
         "BCAST-14", "reset returns and the in-flight broadcast ends", (reset_raised, alive)
     )
@@ -476,7 +481,9 @@ def test_concurrent_broadcast_refused_with_a_clear_error(tpbcast_run, tpbcast_im
         return refused, second.get("raised")
 
     seen = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
-    s.precondition(seen is not None, "the fault did not happen: the first broadcast never blocked")
+    s.precondition(
+        "BCAST-15", seen is not None, "the fault did not happen: the first broadcast never blocked"
+    )
     refused, raised = seen
     if not refused or raised is None:
         raise Unsupported("UNSUPPORTED: the implementation does not refuse a concurrent broadcast")

@@ -428,14 +428,21 @@ def test_repeated_bootstrap_has_no_side_effects(observed):
     for rank, view in _both(observed, "repeat"):
         first = _step(view, "first", "FALLBACK-15")
         s.precondition(
+            "FALLBACK-15",
             first["raised"] is None and first["path"] == "uds",
             f"rank {rank}: the first bootstrap brought UDS up ({first['raised']}, {first['path']})",
         )
-        s.precondition(first["changes"], f"rank {rank}: the first bootstrap changed something")
+        s.precondition(
+            "FALLBACK-15", first["changes"], f"rank {rank}: the first bootstrap changed something"
+        )
         if rank == 0:
-            s.precondition(view["first_socket"] == "socket", "rank 0 listens after bootstrap")
+            s.precondition(
+                "FALLBACK-15", view["first_socket"] == "socket", "rank 0 listens after bootstrap"
+            )
         path, ok, _ = _step(view, "first_roundtrip", "FALLBACK-15")
-        s.precondition(path == "uds" and ok, f"rank {rank}: data flows over UDS ({path}, {ok})")
+        s.precondition(
+            "FALLBACK-15", path == "uds" and ok, f"rank {rank}: data flows over UDS ({path}, {ok})"
+        )
         for label, how in (("again", "the same call"), ("agreeing", "agreeing explicit ranks")):
             seen = _step(view, label, "FALLBACK-15")
             assert seen["raised"] is None, s.clause(
@@ -492,7 +499,11 @@ def test_explicit_ranks_are_not_silently_overwritten(observed):
         wrong_tp = len(views) - 1 - rank
         cid = "FALLBACK-16"
         first = _step(repeat, "first", cid)
-        s.precondition(first["path"] == "uds", f"rank {rank}: a bootstrap stands before the check")
+        s.precondition(
+            "FALLBACK-16",
+            first["path"] == "uds",
+            f"rank {rank}: a bootstrap stands before the check",
+        )
         for where, explicit in (
             ("before bootstrap", fresh),
             ("standing bootstrap", _step(repeat, "explicit", cid)),

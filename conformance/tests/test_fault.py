@@ -49,7 +49,9 @@ def test_dead_peer_never_kills_rank0_during_broadcast(tpbcast_run, tpbcast_impl,
         timeout=s.GROUP_TIMEOUT,
     )
     root, _, victim = result.outcomes
-    s.precondition(victim.signal_name == "SIGKILL", f"the fault did not happen: {victim.summary()}")
+    s.precondition(
+        "FAULT-1", victim.signal_name == "SIGKILL", f"the fault did not happen: {victim.summary()}"
+    )
     assert s.status_of(root) == "OK", s.clause(
         "FAULT-1", "rank 0 survives a dead peer with SIGPIPE at SIG_DFL", root.summary()
     )
@@ -72,7 +74,7 @@ def test_peer_gone_before_the_probe(tpbcast_run, tpbcast_impl):
         return raised
 
     result = tpbcast_run(target, 2, sigpipe="default", timeout=s.GROUP_TIMEOUT)
-    s.precondition(result.outcomes[1].value.did("close"), "the fault did not happen")
+    s.precondition("FAULT-1", result.outcomes[1].value.did("close"), "the fault did not happen")
     raised = result.outcomes[0].value
     assert raised is not None and s.mentions(raised, 1), s.clause(
         "FAULT-1", "rank 0 raises a closed-peer error naming peer 1 (probe or broadcast)", raised
@@ -94,7 +96,7 @@ def test_root_death_mid_broadcast_byte_level(tpbcast_run, tpbcast_impl):
         return raised, s.sock_path(ctx.base_path)
 
     result = tpbcast_run(target, 3, sigpipe="default", timeout=s.GROUP_TIMEOUT)
-    s.precondition(result.outcomes[0].value.did("die"), "the fault did not happen")
+    s.precondition("FAULT-2", result.outcomes[0].value.did("die"), "the fault did not happen")
     for outcome in result.outcomes[1:]:
         raised, path = outcome.value
         who = f"peer {outcome.rank}"
@@ -161,7 +163,9 @@ def test_root_killed_mid_broadcast(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 3, fail_fast=False, expect_failure=True, timeout=s.GROUP_TIMEOUT)
     root, peer1, peer2 = result.outcomes
-    s.precondition(root.signal_name == "SIGKILL", f"the fault did not happen: {root.summary()}")
+    s.precondition(
+        "FAULT-2", root.signal_name == "SIGKILL", f"the fault did not happen: {root.summary()}"
+    )
     for outcome in (peer1, peer2):
         assert s.status_of(outcome) == "OK", s.clause(
             "FAULT-2",
@@ -171,7 +175,9 @@ def test_root_killed_mid_broadcast(tpbcast_run, tpbcast_impl):
         )
     first, second = peer1.value
     s.precondition(
-        first is None, f"the fault did not happen: peer 1's broadcast failed first: {first}"
+        "FAULT-2",
+        first is None,
+        f"the fault did not happen: peer 1's broadcast failed first: {first}",
     )
     for who, raised in (("peer 1's next broadcast", second), ("peer 2", peer2.value)):
         assert raised is not None and raised.elapsed < 5.0, s.clause(
@@ -198,6 +204,7 @@ def test_error_attributes_on_a_dead_peer(tpbcast_run, tpbcast_impl, tpbcast_faul
         target, 2, faults=tpbcast_faults, fail_fast=False, expect_failure=True, timeout=20
     )
     s.precondition(
+        "FAULT-4",
         result.outcomes[1].signal_name == "SIGKILL",
         f"the fault did not happen: {result.outcomes[1].summary()}",
     )
@@ -232,7 +239,9 @@ def test_probe_read_failure_says_closed(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     report, raised = result.outcomes[0].value, result.outcomes[1].value
-    s.precondition(report.did("withhold_probe"), f"the fault did not happen: {report.actions}")
+    s.precondition(
+        "FAULT-5", report.did("withhold_probe"), f"the fault did not happen: {report.actions}"
+    )
     assert raised is not None, s.clause(
         "FAULT-5", "a peer whose root closes instead of probing fails", "it returned", rank=1
     )
@@ -283,6 +292,7 @@ def test_peer_dying_during_bootstrap_fails_rank0_promptly(tpbcast_run, tpbcast_i
     result = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT)
     raised, report = result.outcomes[0].value, result.outcomes[1].value
     s.precondition(
+        "FAULT-7",
         report.did("send") and report.did("close"),
         f"the fault did not happen (peer 1 must announce itself, then close): {report.actions}",
     )
@@ -312,7 +322,9 @@ def test_one_failed_peer_does_not_leave_the_others_hanging(
     result = tpbcast_run(
         target, 3, faults=tpbcast_faults, fail_fast=False, expect_failure=True, timeout=30
     )
-    s.precondition(result.outcomes[1].signal_name == "SIGKILL", "the fault did not happen")
+    s.precondition(
+        "FAULT-8", result.outcomes[1].signal_name == "SIGKILL", "the fault did not happen"
+    )
     raised, took = result.outcomes[2].value
     assert took < 5.0, s.clause(
         "FAULT-8",

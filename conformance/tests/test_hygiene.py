@@ -42,7 +42,7 @@ def test_failed_initialize_and_broadcast_leave_nothing(tpbcast_run, tpbcast_impl
         return (failed is not None, broken is not None) if ctx.rank == 0 else None
 
     result = tpbcast_run(target, 2, check_fds=True, timeout=s.GROUP_TIMEOUT)
-    s.precondition(result.outcomes[0].value == (True, True), "the faults did not happen")
+    s.precondition("HYG-1", result.outcomes[0].value == (True, True), "the faults did not happen")
     s.assert_no_survivors(result)
     s.assert_no_leftovers(result)
     assert not result.outcomes[0].leaked_fds, s.clause(
@@ -66,7 +66,7 @@ def test_killed_rank_leaves_no_process(tpbcast_run, tpbcast_impl, tpbcast_faults
     result = tpbcast_run(
         target, 2, faults=tpbcast_faults, fail_fast=False, expect_failure=True, timeout=20
     )
-    s.precondition(result.outcomes[1].signal_name == "SIGKILL", "the fault did not happen")
+    s.precondition("HYG-1", result.outcomes[1].signal_name == "SIGKILL", "the fault did not happen")
     s.assert_no_survivors(result)
 
 
@@ -179,7 +179,9 @@ def test_waiting_ranks_use_almost_no_cpu(tpbcast_run, tpbcast_impl):
 
     for outcome in tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes:
         cpu, wall = outcome.value
-        s.precondition(wall >= 0.5 * wait, f"rank {outcome.rank} did not wait ({wall:.2f}s)")
+        s.precondition(
+            "HYG-6", wall >= 0.5 * wait, f"rank {outcome.rank} did not wait ({wall:.2f}s)"
+        )
         assert cpu < 0.25 * wall, s.clause(
             "HYG-6",
             f"rank {outcome.rank} waits in the kernel (CPU {cpu:.3f}s over {wall:.2f}s)",

@@ -66,7 +66,7 @@ def _base_of_length(workdir, total):
     """A base path whose rank-0 socket path is exactly ``total`` bytes."""
     stem = os.path.join(workdir, "")
     fill = total - len(stem) - len("_0.sock")
-    s.precondition(fill > 0, f"workdir {workdir!r} too long for a {total}-byte path")
+    s.precondition("INIT-2", fill > 0, f"workdir {workdir!r} too long for a {total}-byte path")
     return stem + "p" * fill
 
 
@@ -224,6 +224,7 @@ def test_peer_started_first_retries_until_rank0_listens(tpbcast_run, tpbcast_imp
     present, _, root_entered = result.outcomes[0].value
     peer_entered = result.outcomes[1].value[2]
     s.precondition(
+        "INIT-6",
         present is False and peer_entered < root_entered,
         "the fault did not happen: the peer must call initialize before rank 0 does and "
         f"find no socket (socket there: {present}, peer entered "
@@ -258,7 +259,7 @@ def _assert_rejected(result, cid, what, *, name=None):
     raised, initialized = result.outcomes[0].value
     reports = [o.value for o in result.outcomes[1:]]
     for report in reports:
-        s.precondition(report.did("send"), f"the fault was not delivered: {report.actions}")
+        s.precondition(cid, report.did("send"), f"the fault was not delivered: {report.actions}")
     assert raised is not None and not initialized, s.clause(
         cid, f"rank 0's initialize fails on {what}", (raised, initialized)
     )
@@ -316,7 +317,9 @@ def test_truncated_or_garbage_handshake_fails_cleanly(tpbcast_run, tpbcast_impl,
     )
     raised, initialized = result.outcomes[0].value
     report = result.outcomes[1].value
-    s.precondition(report.did("connect"), f"the fault was not delivered: {report.actions}")
+    s.precondition(
+        "INIT-9", report.did("connect"), f"the fault was not delivered: {report.actions}"
+    )
     assert raised is not None and not initialized, s.clause(
         "INIT-9", f"a {report.behaviour} peer makes rank 0's initialize fail", (raised, initialized)
     )
@@ -340,7 +343,9 @@ def test_peer_accepts_only_probe_0x5a(tpbcast_run, tpbcast_impl, probe):
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     report = result.outcomes[0].value
     s.precondition(
-        report.links and report.links[0].sent == bytes([probe]), "wrong probe not delivered"
+        "INIT-10",
+        report.links and report.links[0].sent == bytes([probe]),
+        "wrong probe not delivered",
     )
     raised, initialized = result.outcomes[1].value
     assert raised is not None and not initialized, s.clause(
@@ -387,7 +392,9 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     raised, (initialized, leaked, leftover), digest, states = result.outcomes[0].value
-    s.precondition(raised is not None, "the fault did not happen: rank 0 accepted rank 9")
+    s.precondition(
+        "INIT-11", raised is not None, "the fault did not happen: rank 0 accepted rank 9"
+    )
     assert not initialized, s.clause("INIT-12", "false after a failed initialize", initialized)
     assert not leaked, s.clause("INIT-11", "every fd it opened is closed", leaked)
     assert leftover == "missing", s.clause("INIT-11", "the socket file is removed", leftover)
@@ -423,7 +430,9 @@ def test_failed_initialize_cleans_up_and_retry_works_peer(tpbcast_run, tpbcast_i
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     raised, (initialized, leaked), digest = result.outcomes[1].value
-    s.precondition(raised is not None, "the fault did not happen: the peer took a wrong probe")
+    s.precondition(
+        "INIT-11", raised is not None, "the fault did not happen: the peer took a wrong probe"
+    )
     assert not initialized and not leaked, s.clause(
         "INIT-11", "a failed peer initialize leaves no fd and is uninitialized", leaked
     )
@@ -650,14 +659,16 @@ def test_silent_connection_does_not_delay_rejecting_a_bad_one(tpbcast_run, tpbca
     connected, silent = result.outcomes[1].value
     started, report = result.outcomes[2].value
     s.precondition(
+        "INIT-17",
         connected and hasattr(silent, "did") and silent.did("connect") and not silent.sent,
         f"the silent connection was not in before the bad one (connected={connected}, "
         f"rogue: {silent})",
     )
     sends = [a for a in report.actions if a.kind == "send"]
-    s.precondition(sends, f"the bad announcement was not sent: {report.actions}")
+    s.precondition("INIT-17", sends, f"the bad announcement was not sent: {report.actions}")
     sent_at = started + sends[0].t  # the rogue's clock starts after ``started``
     s.precondition(
+        "INIT-17",
         sent_at - entered < init - s.MARGIN,
         f"the bad announcement came {sent_at - entered:.2f}s into rank 0's initialize, too "
         f"late to tell a prompt rejection from the {init:g} s init deadline",

@@ -52,7 +52,9 @@ def test_reset_closes_fds_removes_socket_and_uninitializes(tpbcast_run, tpbcast_
     result = tpbcast_run(target, timeout=s.GROUP_TIMEOUT)
     for outcome in result.outcomes:
         opened, leaked, _, initialized, raised = outcome.value
-        s.precondition(opened, f"rank {outcome.rank} opened no fd at all: nothing to judge")
+        s.precondition(
+            "RESET-2", opened, f"rank {outcome.rank} opened no fd at all: nothing to judge"
+        )
         assert not leaked, s.clause(
             "RESET-2",
             "reset closes every fd it opened",
@@ -184,7 +186,7 @@ def test_reset_then_reinit_after_failed_initialize_and_broadcast(tpbcast_run, tp
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     failed_init, failed_bcast, digest = result.outcomes[0].value
     s.precondition(
-        failed_init is not None and failed_bcast is not None, "the faults did not happen"
+        "RESET-8", failed_init is not None and failed_bcast is not None, "the faults did not happen"
     )
     want = s.expected_digests(result.seed, WANT)
     assert digest == want and result.outcomes[1].value == want, s.clause(

@@ -188,7 +188,9 @@ def test_peer_of_another_uid_is_rejected(tpbcast_run, tpbcast_impl):
     result = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT)
     euid, report = result.outcomes[1].value
     s.precondition(
-        euid == NOBODY and report.did("connect"), f"the fault did not happen: {report.actions}"
+        "SEC-6",
+        euid == NOBODY and report.did("connect"),
+        f"the fault did not happen: {report.actions}",
     )
     assert report.probe != 0x5A and report.reaction.value != "open", s.clause(
         "SEC-6", "a peer of uid 65534 is dropped and never gets the probe", report
@@ -211,6 +213,7 @@ def test_stale_socket_replaced(tpbcast_run, tpbcast_impl):
         if ctx.rank == 0:
             s.stale_socket(path)
             s.precondition(
+                "SEC-7",
                 s.connect_refused(path) and s.kind_of(path) == "socket",
                 f"no stale socket could be staged at {path}",
             )
@@ -320,7 +323,9 @@ def test_every_fd_is_close_on_exec(tpbcast_run, tpbcast_impl, world_size):
 
     for outcome in tpbcast_run(target, timeout=s.GROUP_TIMEOUT).outcomes:
         count, bad = outcome.value
-        s.precondition(count >= 1, f"rank {outcome.rank} opened no socket: nothing to judge")
+        s.precondition(
+            "SEC-11", count >= 1, f"rank {outcome.rank} opened no socket: nothing to judge"
+        )
         assert not bad, s.clause("SEC-11", "every fd is CLOEXEC", bad, rank=outcome.rank)
 
 

@@ -134,7 +134,9 @@ def test_probe_that_never_comes(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     report, raised = result.outcomes[0].value, result.outcomes[1].value
-    s.precondition(report.did("withhold_probe"), f"the fault did not happen: {report.actions}")
+    s.precondition(
+        "TIME-4", report.did("withhold_probe"), f"the fault did not happen: {report.actions}"
+    )
     _in_window(raised, s.SHORT, "TIME-4", "a peer waiting for a probe that never comes", rank=1)
     assert report.links[0].reaction.value != "open", s.clause(
         "TIME-4", "the peer gives up its connection", report.links[0].reaction
@@ -159,7 +161,7 @@ def test_peer_that_stops_reading(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     raised, report = result.outcomes[0].value, result.outcomes[1].value
-    s.precondition(report.did("stall"), f"the fault did not happen: {report.actions}")
+    s.precondition("TIME-5", report.did("stall"), f"the fault did not happen: {report.actions}")
     _in_window(raised, s.SHORT, "TIME-5", "a root writing to a peer that stopped reading", rank=0)
     if tpbcast_impl.supports("error_details"):
         assert raised.is_a("TimeoutError"), s.clause("TIME-5", "a timeout error", raised)
@@ -203,7 +205,9 @@ def test_root_that_stops_writing(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     root, raised = result.outcomes[0], result.outcomes[1].value
-    s.precondition(root.value == 4 and root.faults, f"the fault did not happen: {root.summary()}")
+    s.precondition(
+        "TIME-5", root.value == 4 and root.faults, f"the fault did not happen: {root.summary()}"
+    )
     _in_window(raised, s.SHORT, "TIME-5", "a peer whose root stopped writing", rank=1)
     if tpbcast_impl.supports("error_details"):
         attrs = raised.attrs
@@ -346,7 +350,7 @@ def test_io_deadline_bounds_the_whole_call(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT + 10)
     raised, got = result.outcomes[0].value, result.outcomes[1].value
-    s.precondition(got > 0, "the trickle never started")
+    s.precondition("TIME-8", got > 0, "the trickle never started")
     _in_window(raised, io, "TIME-8", "a broadcast to a trickling reader", rank=0)
 
 
@@ -377,7 +381,9 @@ def test_signals_neither_break_nor_extend_waits(tpbcast_run, tpbcast_impl):
             # Rank 0 is inside initialize once its socket exists (it waits to accept):
             # storm it only then, so the signals land in the wait under test.
             listening = s.wait_for(lambda: os.path.exists(s.sock_path(ctx.base_path)), 10)
-            s.precondition(listening, "rank 0 never listened: the storm would hit nothing")
+            s.precondition(
+                "TIME-9", listening, "rank 0 never listened: the storm would hit nothing"
+            )
             sent = storm(other_pid, 0.5)
             bcast.initialize(1, 2, ctx.base_path)
             buf = bytearray(len(data))
@@ -395,7 +401,7 @@ def test_signals_neither_break_nor_extend_waits(tpbcast_run, tpbcast_impl):
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     for outcome in result.outcomes:
         sent, intact = outcome.value
-        s.precondition(sent > 10, "the signal storm did not happen")
+        s.precondition("TIME-9", sent > 10, "the signal storm did not happen")
         assert intact, s.clause(
             "TIME-9",
             "initialize and broadcast survive a SIGUSR1 storm (EINTR)",
@@ -429,7 +435,7 @@ def test_signals_do_not_extend_the_deadline(tpbcast_run, tpbcast_impl):
         return raised, len(sent)
 
     raised, sent = tpbcast_run(target, 1, timeout=s.GROUP_TIMEOUT).outcomes[0].value
-    s.precondition(sent > 10, "the signal storm did not happen")
+    s.precondition("TIME-9", sent > 10, "the signal storm did not happen")
     _in_window(raised, s.SHORT, "TIME-9", "an initialize under a signal storm", rank=0)
 
 
@@ -446,7 +452,9 @@ def test_peer_bootstrap_bounded_when_root_never_accepts(tpbcast_run, tpbcast_imp
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     report, raised = result.outcomes[0].value, result.outcomes[1].value
     s.precondition(
-        report.links, f"the fault did not happen (no peer reached the root): {report.actions}"
+        "TIME-10",
+        report.links,
+        f"the fault did not happen (no peer reached the root): {report.actions}",
     )
     assert raised is not None and raised.elapsed <= 2 * s.SHORT + s.MARGIN, s.clause(
         "TIME-10",

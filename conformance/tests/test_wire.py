@@ -214,7 +214,9 @@ def test_peer_initialize_waits_for_the_probe(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     report = result.outcomes[0].value
-    s.precondition(report.links and report.links[0].rank == 1, "the rogue root never saw the peer")
+    s.precondition(
+        "WIRE-5", report.links and report.links[0].rank == 1, "the rogue root never saw the peer"
+    )
     raised, initialized = result.outcomes[1].value
     assert raised is not None and not initialized, s.clause(
         "WIRE-5", "a peer's initialize does not succeed without the probe", (raised, initialized)
@@ -280,7 +282,9 @@ def test_backlog_queues_every_peer_while_rank0_is_stopped(tpbcast_run, tpbcast_i
             return None
         if ctx.rank == 1:
             s.precondition(
-                s.wait_for(lambda: os.path.exists(pid_file), 10), "rank 0 never wrote its pid"
+                "WIRE-10",
+                s.wait_for(lambda: os.path.exists(pid_file), 10),
+                "rank 0 never wrote its pid",
             )
             with open(pid_file) as fh:
                 pid0 = int(fh.read())

@@ -232,7 +232,7 @@ def test_rank_that_could_not_stage_its_fault_is_error(suite):
         suite,
         "    from tpbcast.conformance.tests._support import precondition\n"
         "    def target(ctx):\n"
-        "        precondition(ctx.rank != 1, 'the fault did not happen: no rogue')\n"
+        "        precondition('INIT-1', ctx.rank != 1, 'the fault did not happen: no rogue')\n"
         "    tpbcast_run(target, 2)\n",
     )
     assert clause["verdict"] == "ERROR" and clause["failing_rank"] == 1, clause
@@ -419,10 +419,110 @@ def test_unstaged_fault_is_error_not_fail():
     from tpbcast.conformance._verdicts import judge_exception
     from tpbcast.conformance.tests._support import PreconditionError, precondition
 
-    precondition(True, "holds: nothing raised")
+    precondition("FAULT-2", True, "holds: nothing raised")
     with pytest.raises(PreconditionError) as info:
-        precondition(False, "the fault did not happen: peer 1 was never killed")
+        precondition("FAULT-2", False, "the fault did not happen: peer 1 was never killed")
     judgement = judge_exception("call", info.value, info.exconly())
     assert judgement.verdict.name == "ERROR", judgement
-    assert "no verdict reached" in judgement.message, judgement.message
+    assert judgement.clause_id == "FAULT-2", "a precondition is ERROR for its own clause only"
+    assert "no verdict" in judgement.message, judgement.message
     assert "peer 1 was never killed" in judgement.message, judgement.message
+
+
+# --------------------------------------------------------------------- per-check verdicts
+
+TWO_CLAUSES = """
+import pytest
+from tpbcast.conformance.tests import _support as s
+
+@pytest.mark.clause("WIRE-1")
+def test_wire1():
+    pass
+
+@pytest.mark.clause("INIT-1", "WIRE-2")
+def test_init1_and_wire2():
+{body}
+"""
+
+
+def _checks_of(doc, cid):
+    clause = next(c for c in doc["clauses"] if c["id"] == cid)
+    return clause["verdict"], [(ch["verdict"], ch["message"]) for ch in clause["checks"]]
+
+
+def _run_two(suite, body):
+    return suite(TWO_CLAUSES.format(body=textwrap.indent(textwrap.dedent(body), "    ")))
+
+
+def test_a_should_check_never_decides_the_must_clause_of_the_same_test(suite):
+    """Wording (WIRE-2, SHOULD) fails first; the MUST check after it still runs and holds."""
+    result, doc = _run_two(
+        suite,
+        """
+        s.check("WIRE-2", "0x5a" in "bad probe 0x13", "the error shows 0x5a", "bad probe 0x13")
+        s.check("INIT-1", True, "a wrong probe is refused")
+        """,
+    )
+    must, must_checks = _checks_of(doc, "INIT-1")
+    should, should_checks = _checks_of(doc, "WIRE-2")
+    assert (must, should) == ("PASS", "FAIL"), doc["clauses"]
+    assert must_checks == [("PASS", "INIT-1: a wrong probe is refused")]
+    assert should_checks[0][1].startswith("WIRE-2: the error shows 0x5a -- got bad probe")
+    assert result.ret == 0, "a SHOULD FAIL alone never fails the run"
+    result.assert_outcomes(passed=1, failed=1)  # pytest still shows the test failed
+
+
+def test_a_failed_check_does_not_hide_the_later_checks(suite):
+    result, doc = _run_two(
+        suite,
+        """
+        s.check("INIT-1", False, "first MUST check", "no")
+        s.check("INIT-1", False, "second MUST check", "no either")
+        s.check("WIRE-2", True, "the SHOULD check")
+        """,
+    )
+    verdict, checks = _checks_of(doc, "INIT-1")
+    assert verdict == "FAIL" and [v for v, _ in checks] == ["FAIL", "FAIL"], checks
+    assert _checks_of(doc, "WIRE-2")[0] == "PASS"
+    assert "second MUST check" in result.stdout.str(), "pytest's output shows every failure"
+    assert result.ret == 1
+
+
+def test_a_hard_failure_names_its_clause_and_leaves_the_rest_unjudged(suite):
+    """An assert naming WIRE-2 stops the test: INIT-1 was never checked, so it is ERROR."""
+    result, doc = _run_two(suite, "assert False, 'WIRE-2: wording -- got nothing'\n")
+    assert _checks_of(doc, "WIRE-2")[0] == "FAIL"
+    verdict, checks = _checks_of(doc, "INIT-1")
+    assert verdict == "ERROR" and "not judged" in checks[0][1], checks
+    assert result.ret == 1
+
+
+def test_a_check_inside_a_rank_is_hard_and_still_names_its_clause(suite):
+    """A rank's copy of the check log is never read: there a failed check raises."""
+    source = TWO_CLAUSES.replace(
+        "def test_init1_and_wire2():", "def test_init1_and_wire2(tpbcast_run):"
+    )
+    body = (
+        "    def target(ctx):\n"
+        "        s.check('WIRE-2', ctx.rank != 1, 'ranks agree', 'disagreement', rank=ctx.rank)\n"
+        "    tpbcast_run(target, 2)\n"
+    )
+    _, doc = suite(source.format(body=body), name="test_rank_check")
+    verdict, checks = _checks_of(doc, "WIRE-2")
+    assert verdict == "FAIL" and "rank 1: got disagreement" in checks[0][1], checks
+    clause = next(c for c in doc["clauses"] if c["id"] == "WIRE-2")
+    assert clause["failing_rank"] == 1
+    assert _checks_of(doc, "INIT-1")[0] == "ERROR", "INIT-1 was not reached"
+
+
+def test_a_check_of_a_clause_the_test_does_not_cite_is_a_suite_defect(suite):
+    _, doc = suite(
+        PASSING.replace(
+            "def test_init1():\n    pass",
+            "def test_init1():\n"
+            "    from tpbcast.conformance.tests import _support as s\n"
+            "    s.check('WIRE-1', True, 'not cited here')\n",
+        )
+    )
+    verdict, checks = _checks_of(doc, "WIRE-1")
+    assert verdict == "ERROR" and any("suite defect" in m for _, m in checks), checks

@@ -196,7 +196,7 @@ TOP_KEYS = {
 def test_json_schema_keys(suite: SuiteResult) -> None:
     doc = json.loads(json.dumps(json_document(suite)))  # must be plain JSON
     assert set(doc) == TOP_KEYS
-    assert doc["schema"] == "tpbcast-conformance-report/1"
+    assert doc["schema"] == "tpbcast-conformance-report/2"
     assert set(doc["implementation"]) == {"name", "version", "spec", "capabilities"}
     assert doc["exit_status"] == 1
     assert doc["summary"]["must_failures"] == ["WIRE-4", "TIME-5", "FAULT-2", "FAULT-3"]
@@ -212,10 +212,11 @@ def test_json_schema_keys(suite: SuiteResult) -> None:
         assert set(entry) == CHECK_KEYS
     wire4 = next(c for c in doc["clauses"] if c["id"] == "WIRE-4")
     assert (wire4["verdict"], wire4["failing_rank"]) == ("FAIL", 0)
-    assert wire4["checks"] == [
+    assert [ch["test_id"] for ch in wire4["checks"]] == [
         "conformance/test_wire.py::test_probe_order[2]",
         "conformance/test_wire.py::test_probe_order[4]",
     ]
+    assert [ch["verdict"] for ch in wire4["checks"]] == ["PASS", "FAIL"]
 
 
 def test_json_round_trip(spec: Spec, suite: SuiteResult) -> None:
