@@ -52,20 +52,30 @@ SHOULD clause of scope *suite* is cited by at least one test of the suite.
 A clause's verdict aggregates its checks: any FAIL gives FAIL, else any ERROR gives ERROR, else
 all UNSUPPORTED gives UNSUPPORTED, else PASS; no checks gives NOT_TESTED.
 
-How one test's outcome becomes a check verdict (`tpbcast.conformance._verdicts`):
+A *check* judges exactly one clause. A test may make several checks, of several clauses; they
+are soft: a failed check is recorded and the test goes on, so it never hides a later check, and
+a check can only decide its own clause (a SHOULD wording check never fails a MUST clause judged
+by the same test). How a test's checks and outcome become check verdicts
+(`tpbcast.conformance._verdicts`):
 
-- **PASS**: every phase of the test passed.
-- **FAIL**: an `AssertionError` / `pytest.fail` in the body or teardown, or a rank group
-  failure (a rank raised, exited non-zero or died by a signal).
+- **PASS**: the check held; a clause the test cites without a check of its own gets one
+  implicit PASS when the whole test passed.
+- **FAIL**: the check did not hold: a soft check, an `AssertionError` whose message names the
+  clause (`"INIT-10: ..."`, also raised inside a rank), or a rank group failure (a rank raised,
+  exited non-zero or died by a signal) that names no clause, which applies to every clause of
+  the test without a FAIL of its own.
 - **UNSUPPORTED**: skipped by `require()` for an undeclared capability, by
   `CapabilityMissing`, or because the environment cannot stage a precondition (e.g. a foreign
   uid without root).
-- **ERROR**: a setup failure, any other exception, or a rank the harness had to stop at its
+- **ERROR**: the clause could not be judged: a setup failure, a fault the test could not stage
+  (`precondition`, for its clause), any other exception, a rank the harness had to stop at its
   deadline (a hang on an oversubscribed CPU is inconclusive; deadline clauses measure and
-  assert themselves).
+  judge themselves), or a clause the test never reached because it stopped at another clause's
+  failed check first.
 
-When several phases fail, the earliest decides (setup, then call, then teardown). The exit status
-of a run is non-zero iff a MUST clause is FAIL or ERROR.
+The exit status of a run is non-zero iff a MUST clause is FAIL or ERROR. A run only claims
+conformance for the MUST clauses it judged: the reports say how many were UNSUPPORTED or not
+run, and which capabilities would let the suite judge them.
 
 ## Adapter contract
 
