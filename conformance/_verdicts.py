@@ -4,7 +4,7 @@ A conformance suite is only as useful as the line it draws between "the implemen
 is wrong" and "we could not tell".  The rules (also in SPEC.md's verdict section, via the
 plugin's docs) are:
 
-* **PASS**: every phase of the test passed.
+* **PASS**: every phase of the test passed (per clause: see below).
 * **UNSUPPORTED**: the test was skipped by :func:`require` (or the harness raised
   ``CapabilityMissing``): the implementation does not declare a capability the clause
   needs, or the environment cannot stage the precondition (WPT's PRECONDITION_FAILED).

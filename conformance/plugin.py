@@ -163,7 +163,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "clause(*ids): the conformance clause ids (e.g. 'WIRE-1') this test judges; "
-        "its verdict becomes theirs",
+        "each check inside it judges one of them (tests/_support.check)",
     )
     spec = load_spec(config.getoption("tpbcast_registry"))
     config.stash[_SPEC_KEY] = spec
