@@ -39,6 +39,14 @@ def conformance(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def mutants(session: nox.Session) -> None:
+    """The mutant kill matrix: the suite against each tests/mutants/m_*.py, the reference and
+    the native example; reports in reports/mutants/ (``-- --fast``: CI's quick subset)."""
+    _install_project(session)
+    session.run("python", "tools/mutants.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff, mypy --strict and the import-linter layer contract."""
     # The type checker sees the same optional dependencies (torch, coverage) as the tests.
