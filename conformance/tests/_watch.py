@@ -174,9 +174,12 @@ def path_changed(path: str, before: os.stat_result | None) -> Callable[[], str |
             now = None
         if before is None and now is None:
             return None
-        if before is not None and now is not None:
-            if (now.st_ino, now.st_mode) == (before.st_ino, before.st_mode):
-                return None
+        if (
+            before is not None
+            and now is not None
+            and (now.st_ino, now.st_mode) == (before.st_ino, before.st_mode)
+        ):
+            return None
         what = "nothing" if now is None else f"a new {_kind(now.st_mode)}"
         return f"{path} went from {was} to {what}"
 
