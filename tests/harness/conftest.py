@@ -33,6 +33,21 @@ def _reap_child(pid: int, timeout: float) -> int:
 
 
 @pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """SIGINT at Python's own ``default_int_handler`` (KeyboardInterrupt) for one test.
+
+    The launcher decides what a test process inherits: ``nohup``, ``cmd &`` in a script
+    and many CI runners start it with SIGINT ignored, and Python then leaves it ignored.
+    A test about Ctrl-C must install the handler it is about instead of assuming it.
+    """
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+@pytest.fixture
 def reap_child() -> Callable[[int, float], int]:
     """``reap_child(pid, timeout) -> wait status`` for a child the test forked itself;
     SIGKILLs it at the deadline, so a hung child never outlives the test."""

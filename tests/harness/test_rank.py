@@ -194,6 +194,10 @@ def test_group_cost_is_milliseconds_not_seconds():
 
 INTERRUPTED_RUNNER = RANKS_THAT_HANG + textwrap.dedent(
     """
+    import signal
+    # Ctrl-C as an interactive shell delivers it: the launcher of this test run may have
+    # left SIGINT ignored (nohup, a background job, a CI runner), and we inherit that.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         run_ranks(target, 2, timeout=300, args=(sys.argv[1],))
     except KeyboardInterrupt:

@@ -415,6 +415,7 @@ def waits_forever(ctx):
     ctx.wait("never_notified")  # bounded by the group deadline
 
 
+@pytest.mark.usefixtures("python_sigint")
 def test_an_interrupt_right_after_a_fork_still_kills_and_reaps_that_rank(monkeypatch):
     """Ctrl-C (or pytest-timeout's SIGALRM) landing between ``os.fork()`` and the
     bookkeeping of the pid used to lose the rank: nobody killed or reaped it."""
@@ -440,13 +441,23 @@ def test_an_interrupt_right_after_a_fork_still_kills_and_reaps_that_rank(monkeyp
             os.waitpid(pid, os.WNOHANG)
 
 
-def test_ranks_get_the_parents_handlers_back_not_the_deferral():
-    def target(ctx):
-        return signal.getsignal(signal.SIGINT) is signal.default_int_handler
+def _parents_sigint_handler(signum, frame):
+    raise KeyboardInterrupt
 
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert run_ranks(target, 1, timeout=T).outcomes[0].value is True
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+def test_ranks_get_the_parents_handlers_back_not_the_deferral():
+    """Whatever SIGINT handler the parent has (its own here: the launcher may have left
+    SIGINT ignored), the ranks get that one, not run_ranks' deferring stand-in."""
+
+    def target(ctx):
+        return signal.getsignal(signal.SIGINT) is _parents_sigint_handler
+
+    old = signal.signal(signal.SIGINT, _parents_sigint_handler)
+    try:
+        assert run_ranks(target, 1, timeout=T).outcomes[0].value is True
+        assert signal.getsignal(signal.SIGINT) is _parents_sigint_handler
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 class _UnprintableError(Exception):
