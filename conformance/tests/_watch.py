@@ -271,6 +271,21 @@ def shutdown_leaked(before: dict[int, str]) -> int:
     return count
 
 
+def waited(ctx: Any, name: str, timeout: float) -> bool:
+    """``ctx.wait(name)`` for at most ``timeout`` s; False if it did not come in time.
+
+    For a rank that must release the others when the implementation does not: it waits
+    as long as the clause allows, then acts (a wait name is single-use, so decide once).
+    """
+    from tpbcast.harness import SyncTimeoutError
+
+    try:
+        ctx.wait(name, timeout=timeout)
+    except SyncTimeoutError:
+        return False
+    return True
+
+
 def exchange(ctx: Any, name: str, value: object) -> list[Any]:
     """Every rank's ``value`` (JSON), by rank, through files in the group's workdir.
 

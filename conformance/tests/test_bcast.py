@@ -12,6 +12,7 @@ import pytest
 from tpbcast.conformance.plugin import Unsupported, require
 
 from . import _support as s
+from . import _watch
 from ._support import rogue_peer, rogue_root
 
 SIZES = [0, 1, 7, 4097, 8 * s.MiB + 3]
@@ -511,17 +512,6 @@ def _drain(sock):
         total += len(chunk)
 
 
-def _waited(ctx, name, timeout):
-    """``ctx.wait(name)`` for at most ``timeout`` s; False if it did not come."""
-    from tpbcast.harness import SyncTimeoutError
-
-    try:
-        ctx.wait(name, timeout=timeout)
-    except SyncTimeoutError:
-        return False
-    return True
-
-
 @pytest.mark.clause("BCAST-13")
 def test_root_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
     """Only a broken state can make the next call fail: the link stays healthy.
@@ -553,7 +543,7 @@ def test_root_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
             probe = s.read_exact(sock, 1, timeout=s.OBSERVE)
             # The fault: stop reading until the root's broadcast has failed.  A root that
             # ignores its io deadline is released by reading the whole payload.
-            if not _waited(ctx, "first_done", io + s.MARGIN):
+            if not _watch.waited(ctx, "first_done", io + s.MARGIN):
                 with contextlib.suppress(OSError, TimeoutError):
                     s.read_exact(sock, size, timeout=s.OBSERVE)
             queued = _drain(sock)
@@ -629,7 +619,7 @@ def test_peer_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
                 _send(conn, b"\x5a" + data[:100])
                 # The fault: pause mid-payload until the peer's broadcast has failed; a
                 # peer that ignores its io deadline is released by the rest of it.
-                _waited(ctx, "first_done", io + s.MARGIN)
+                _watch.waited(ctx, "first_done", io + s.MARGIN)
                 open_after = _send(conn, data[100:] + following)
                 ctx.notify("resent")
                 ctx.wait("second_done", timeout=s.OBSERVE)

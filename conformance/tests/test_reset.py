@@ -7,8 +7,13 @@ import pytest
 from tpbcast.conformance.plugin import require
 
 from . import _support as s
+from . import _watch
 
 WANT = [64]
+# RESET-7: how soon the other rank's pending broadcast must fail after a reset (its own
+# io deadline is IO, well above this, so only the reset can end it in time).
+PROMPT = 5.0
+IO = 10.0
 
 
 @pytest.mark.clause("RESET-1")
@@ -22,11 +27,19 @@ def test_reset_is_idempotent(tpbcast_run, tpbcast_impl):
 
     for outcome in tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes:
         fresh, again = outcome.value
-        assert fresh == [None] * 3, s.clause(
-            "RESET-1", "reset on a fresh instance", fresh, rank=outcome.rank
+        s.check(
+            "RESET-1",
+            fresh == [None] * 3,
+            "reset succeeds three times on a fresh instance",
+            fresh,
+            rank=outcome.rank,
         )
-        assert again == [None] * 3, s.clause(
-            "RESET-1", "reset three times in a row", again, rank=outcome.rank
+        s.check(
+            "RESET-1",
+            again == [None] * 3,
+            "reset succeeds three times in a row after initialize",
+            again,
+            rank=outcome.rank,
         )
 
 
@@ -55,24 +68,48 @@ def test_reset_closes_fds_removes_socket_and_uninitializes(tpbcast_run, tpbcast_
         s.precondition(
             "RESET-2", opened, f"rank {outcome.rank} opened no fd at all: nothing to judge"
         )
-        assert not leaked, s.clause(
+        s.check(
             "RESET-2",
-            "reset closes every fd it opened",
-            leaked,
+            not leaked,
+            "reset closes every fd the instance opened",
+            f"still open: {leaked}",
             rank=outcome.rank,
         )
-        assert not initialized and raised is not None, s.clause(
+        s.check(
+            "HYG-3",
+            not leaked,
+            "after reset the process's fds are those before initialize",
+            f"new since before initialize: {leaked}",
+            rank=outcome.rank,
+        )
+        s.check(
             "RESET-4",
-            "after reset: not initialized, broadcast raises",
-            (initialized, raised),
+            not initialized,
+            "after reset is_initialized() is false",
+            initialized,
             rank=outcome.rank,
         )
-        if tpbcast_impl.supports("error_details"):
-            assert raised.is_a("RuntimeError"), s.clause(
-                "RESET-4", "not-initialized", raised, rank=outcome.rank
+        if s.check(
+            "RESET-4",
+            raised is not None,
+            "after reset broadcast raises",
+            "it returned",
+            rank=outcome.rank,
+        ) and tpbcast_impl.supports("error_details"):
+            s.check(
+                "RESET-4",
+                raised.is_a("RuntimeError"),
+                "a not-initialized error (RuntimeError)",
+                raised,
+                rank=outcome.rank,
             )
-    assert result.outcomes[0].value[2] == "missing", s.clause(
-        "RESET-3", "no file remains at the rank-0 socket path", result.outcomes[0].value[2]
+    left = result.outcomes[0].value[2]
+    s.check(
+        "RESET-3",
+        left == "missing",
+        "no file remains at the rank-0 socket path",
+        f"a {left} is still there",
+        rank=0,
     )
 
 
@@ -104,17 +141,18 @@ def test_reinit_after_reset_same_and_new_path(tpbcast_run, tpbcast_impl):
     pair = s.expected_digests(seed, WANT, salt=1) + s.expected_digests(seed, WANT, salt=2)
     trio = s.expected_digests(seed, WANT, salt=3)
     for outcome in result.outcomes:
-        want = (pair if outcome.rank < 2 else []) + trio
         got = outcome.value
         if outcome.rank < 2:
-            assert got[:2] == pair, s.clause(
+            s.check(
                 "RESET-5",
+                got[:2] == pair,
                 "re-init with the same arguments after reset works",
                 got[:2],
                 rank=outcome.rank,
             )
-        assert got == want, s.clause(
+        s.check(
             "RESET-6",
+            got[-1:] == trio,
             "re-init with a new path and world size after reset works",
             got,
             rank=outcome.rank,
@@ -124,44 +162,82 @@ def test_reinit_after_reset_same_and_new_path(tpbcast_run, tpbcast_impl):
 @pytest.mark.clause("RESET-7", "FAULT-3")
 def test_peer_sees_root_reset_as_closed(tpbcast_run, tpbcast_impl):
     def target(ctx):
-        bcast = s.make(tpbcast_impl, io=10.0)
+        before = s.fd_table()
+        bcast = s.make(tpbcast_impl, io=IO)
         bcast.initialize(ctx.rank, 2, ctx.base_path)
         if ctx.rank == 0:
             ctx.wait("peer_waiting", timeout=10)
             bcast.reset()
-            return None
+            # A reset that leaves the link open would leave the peer waiting (for ever
+            # without an io deadline): release it once PROMPT has passed.
+            if _watch.waited(ctx, "peer_done", PROMPT + 1.0):
+                return 0
+            return _watch.shutdown_leaked(before)
         ctx.notify("peer_waiting")
         raised = s.attempt(bcast.broadcast, bytearray(1000))
+        ctx.notify("peer_done")
         bcast.reset()
         return raised
 
-    raised = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
-    assert raised is not None and raised.elapsed < 5.0, s.clause(
-        "RESET-7", "a pending broadcast fails promptly when rank 0 resets", raised
+    result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
+    released, raised = result.outcomes[0].value, result.outcomes[1].value
+    s.check(
+        "RESET-7",
+        raised is not None and raised.elapsed < PROMPT and not released,
+        f"a pending broadcast fails within {PROMPT:g} s when rank 0 resets (io deadline {IO:g} s)",
+        f"{raised or 'it returned'}"
+        + (
+            f"; rank 0's reset left {released} link(s) open: the suite shut them down"
+            if released
+            else ""
+        ),
+        rank=1,
     )
-    assert "success" not in raised.message.lower(), s.clause("FAULT-3", "never 'Success'", raised)
-    assert "clos" in raised.message.lower() or "eof" in raised.message.lower(), s.clause(
-        "FAULT-3", "an EOF is reported as the peer having closed", raised
+    s.precondition("FAULT-3", raised is not None, "the broadcast did not fail: no error to read")
+    s.check("FAULT-3", "success" not in raised.message.lower(), "never 'Success'", raised, rank=1)
+    s.check(
+        "FAULT-3",
+        "clos" in raised.message.lower() or "eof" in raised.message.lower(),
+        "an EOF is reported as the peer having closed",
+        raised,
+        rank=1,
     )
 
 
 @pytest.mark.clause("RESET-7")
 def test_root_sees_peer_reset_as_closed(tpbcast_run, tpbcast_impl):
     def target(ctx):
-        bcast = s.make(tpbcast_impl, io=10.0)
+        before = s.fd_table()
+        bcast = s.make(tpbcast_impl, io=IO)
         bcast.initialize(ctx.rank, 2, ctx.base_path)
         if ctx.rank == 1:
             bcast.reset()
             ctx.notify("peer_reset")
-            return None
+            # A reset that leaves the link open would leave the root blocked writing
+            # (for ever without an io deadline): release it once PROMPT has passed.
+            if _watch.waited(ctx, "root_done", PROMPT + 1.0):
+                return 0
+            return _watch.shutdown_leaked(before)
         ctx.wait("peer_reset", timeout=10)
         raised = s.attempt(bcast.broadcast, bytearray(8 * s.MiB))
+        ctx.notify("root_done")
         bcast.reset()
         return raised
 
-    raised = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[0].value
-    assert raised is not None and raised.elapsed < 5.0, s.clause(
-        "RESET-7", "the root's broadcast fails promptly when a peer has reset", raised
+    result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
+    raised, released = result.outcomes[0].value, result.outcomes[1].value
+    s.check(
+        "RESET-7",
+        raised is not None and raised.elapsed < PROMPT and not released,
+        f"the root's broadcast fails within {PROMPT:g} s when a peer has reset "
+        f"(io deadline {IO:g} s)",
+        f"{raised or 'it returned'}"
+        + (
+            f"; the peer's reset left {released} link(s) open: the suite shut them down"
+            if released
+            else ""
+        ),
+        rank=0,
     )
 
 
@@ -189,9 +265,14 @@ def test_reset_then_reinit_after_failed_initialize_and_broadcast(tpbcast_run, tp
         "RESET-8", failed_init is not None and failed_bcast is not None, "the faults did not happen"
     )
     want = s.expected_digests(result.seed, WANT)
-    assert digest == want and result.outcomes[1].value == want, s.clause(
-        "RESET-8", "after a failed initialize and a failed broadcast, reset + init works", digest
-    )
+    for rank, got in ((0, digest), (1, result.outcomes[1].value)):
+        s.check(
+            "RESET-8",
+            got == want,
+            "after a failed initialize and a failed broadcast, reset + initialize works",
+            f"digests {got}, want {want}",
+            rank=rank,
+        )
 
 
 @pytest.mark.clause("RESET-9")
@@ -213,11 +294,11 @@ def test_generation_counts_every_reset(tpbcast_run, tpbcast_impl):
 
     for outcome in tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes:
         g0 = outcome.value[0]
-        assert isinstance(g0, int) and outcome.value == [g0, g0 + 1, g0 + 1, g0 + 2, g0 + 3], (
-            s.clause(
-                "RESET-9",
-                "generation: +1 per reset (also uninitialized), unchanged by initialize",
-                outcome.value,
-                rank=outcome.rank,
-            )
+        s.check(
+            "RESET-9",
+            isinstance(g0, int) and outcome.value == [g0, g0 + 1, g0 + 1, g0 + 2, g0 + 3],
+            "generation: +1 per reset (also uninitialized), unchanged by initialize "
+            "(fresh, reset, initialize, reset, reset)",
+            outcome.value,
+            rank=outcome.rank,
         )
