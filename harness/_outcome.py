@@ -30,7 +30,10 @@ class Status(enum.Enum):
 
     ``OK`` and ``RAISED`` come from the rank's own result record; ``EXITED`` and
     ``SIGNALED`` mean the process ended without one (``os._exit``, a crash, a signal);
-    ``TIMED_OUT`` means the harness had to kill it (group deadline or fail-fast grace).
+    ``TIMED_OUT`` means the harness had to kill it (group deadline or fail-fast grace);
+    ``UNKNOWN`` means it ended but another waiter in the parent (a SIGCHLD handler, a
+    ``waitpid(-1)``) reaped it first, so its exit status is lost (its result record, if
+    any, is still reported: ``value`` or ``exc_*``).
     """
 
     OK = "ok"
@@ -38,6 +41,7 @@ class Status(enum.Enum):
     EXITED = "exited"
     SIGNALED = "signaled"
     TIMED_OUT = "timed out"
+    UNKNOWN = "unknown"
 
 
 def signal_name(signum: int | None) -> str | None:
@@ -110,16 +114,17 @@ class RankOutcome:
     def summary(self) -> str:
         """One line naming the rank and its fate, e.g. ``rank 1 SIGNALED by SIGKILL``."""
         head = f"rank {self.rank}"
-        if self.status is Status.OK:
-            if self.leaked_fds:
-                return f"{head} OK but leaked {len(self.leaked_fds)} fd(s)"
-            return f"{head} OK"
-        if self.status is Status.RAISED:
-            return f"{head} RAISED {self.exc_type}: {self.exc_message}"
-        if self.status is Status.EXITED:
-            return f"{head} EXITED with code {self.exit_code} (no result: os._exit or crash)"
-        if self.status is Status.SIGNALED:
-            return f"{head} SIGNALED by {self.signal_name}"
+        if self.status is Status.OK and self.leaked_fds:
+            return f"{head} OK but leaked {len(self.leaked_fds)} fd(s)"
+        fate = {
+            Status.OK: "OK",
+            Status.RAISED: f"RAISED {self.exc_type}: {self.exc_message}",
+            Status.EXITED: f"EXITED with code {self.exit_code} (no result: os._exit or crash)",
+            Status.SIGNALED: f"SIGNALED by {self.signal_name}",
+            Status.UNKNOWN: f"UNKNOWN: {self.note or 'exit status unknown (reaped elsewhere)'}",
+        }.get(self.status)
+        if fate is not None:
+            return f"{head} {fate}"
         how = f", killed by {self.signal_name}" if self.signal_name else ""
         return f"{head} TIMED OUT{how}" + (f" ({self.note})" if self.note else "")
 

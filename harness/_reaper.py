@@ -4,6 +4,11 @@ Linux >= 5.3: one pidfd per child in one ``poll``: the parent sleeps in the kern
 wakes the moment a rank exits (no polling latency; the whole 2-rank group costs a few ms).
 Elsewhere: ``waitpid(WNOHANG)`` with short adaptive sleeps bounded by the deadline.
 A SIGCHLD handler is never installed: the caller (pytest, an xdist worker) may own it.
+
+The caller may also reap our children itself (a SIGCHLD handler or a ``waitpid(-1)`` in
+some library): our own ``waitpid`` then fails with ECHILD. That child has still ended
+(its pidfd is readable, or its pid is no longer our child), so it is reported with the
+status :data:`REAPED_ELSEWHERE` instead of the exception ending the whole group.
 """
 
 from __future__ import annotations
@@ -12,7 +17,19 @@ import os
 import select
 import time
 
-__all__ = ["Reaper"]
+__all__ = ["REAPED_ELSEWHERE", "Reaper", "WaitStatus"]
+
+#: The status of a child that ended but was reaped by someone else: its exit status is lost.
+REAPED_ELSEWHERE = None
+WaitStatus = int | None  # a raw wait status, or REAPED_ELSEWHERE
+
+
+def _reap(pid: int, flags: int) -> tuple[int, WaitStatus]:
+    """``waitpid(pid, flags)``; ECHILD means another waiter took the child first."""
+    try:
+        return os.waitpid(pid, flags)
+    except ChildProcessError:
+        return pid, REAPED_ELSEWHERE
 
 
 class Reaper:
@@ -37,10 +54,11 @@ class Reaper:
     def live(self) -> set[int]:
         return set(self._pidfds.values()) | self._plain
 
-    def wait(self, deadline: float) -> list[tuple[int, int]]:
+    def wait(self, deadline: float) -> list[tuple[int, WaitStatus]]:
         """Block until at least one child ended or ``deadline`` passed; return
-        ``(pid, wait_status)`` for every child that ended (possibly several, possibly none)."""
-        done: list[tuple[int, int]] = []
+        ``(pid, wait_status)`` for every child that ended (possibly several, possibly none);
+        the status is :data:`REAPED_ELSEWHERE` for a child someone else reaped."""
+        done: list[tuple[int, WaitStatus]] = []
         sleep = 0.0002
         while not done:
             left = deadline - time.monotonic()
@@ -54,11 +72,11 @@ class Reaper:
                     pid = self._pidfds.pop(fd)
                     self._poll.unregister(fd)
                     os.close(fd)
-                    _, status = os.waitpid(pid, 0)
+                    _, status = _reap(pid, 0)
                     self.reaped_at[pid] = time.monotonic()
                     done.append((pid, status))
             for pid in list(self._plain):
-                got, status = os.waitpid(pid, os.WNOHANG)
+                got, status = _reap(pid, os.WNOHANG)
                 if got:
                     self._plain.discard(pid)
                     self.reaped_at[pid] = time.monotonic()

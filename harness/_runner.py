@@ -405,7 +405,7 @@ def _kill_and_reap(ranks: list[RankState], reaper: Reaper) -> None:
 def _survivors(ranks: list[RankState]) -> tuple[int, ...]:
     """Processes still in a rank's process group after the rank was reaped (bug: reported
     and SIGKILLed), plus ranks that could not be reaped at all."""
-    unreaped = [r.pid for r in ranks if r.status is None]
+    unreaped = [r.pid for r in ranks if not r.ended]
     groups = {r.pid for r in ranks if group_alive(r.pid)}
     if not groups:
         return tuple(unreaped)

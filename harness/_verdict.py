@@ -2,7 +2,9 @@
 
 Kept apart from the supervisor (``_runner``) so the rules read in one place: a signal beats
 a record (the rank died after writing it), a harness kill is TIMED_OUT whatever the rank
-managed to write, and a record-less exit is EXITED with its code.
+managed to write, a record-less exit is EXITED with its code, and a rank that someone else
+reaped (a SIGCHLD handler, ``waitpid(-1)`` in the parent) is UNKNOWN: its records are kept,
+but nobody can say any more whether it crashed after writing them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,16 @@ from ._workdir import Workdir
 
 __all__ = ["RankState", "failed", "judge"]
 
+_REAPED_ELSEWHERE_NOTE = (
+    "exit status unknown (reaped elsewhere: another waiter in the parent, e.g. a SIGCHLD "
+    "handler or a waitpid(-1) loop, collected pid {pid} before the harness could)"
+)
+_RECORD_SAYS = {
+    "ok": "its result record says it returned",
+    "raised": "its result record says it raised",
+    "unloadable": "its result record could not be unpickled",
+    None: "it wrote no result record (it may have crashed)",
+}
 _BOOTSTRAP_NOTE = (
     f"exit code {EXIT_BOOTSTRAP}: the harness itself failed inside the rank (e.g. the "
     "target closed the harness's fds); its traceback is on the rank's stderr"
@@ -31,23 +43,33 @@ class RankState:
     rank: int
     pid: int
     forked_at: float
-    status: int | None = None  # raw wait status once reaped
-    ended_at: float | None = None
+    status: int | None = None  # raw wait status once reaped (None: not by us, see ended_at)
+    ended_at: float | None = None  # set once the rank ended, whoever reaped it
     killed_by_harness: bool = False
     note: str = ""
     records: list[Record] | None = None
 
+    @property
+    def ended(self) -> bool:
+        return self.ended_at is not None
 
-def failed(status: int, records: list[Record]) -> bool:
+    @property
+    def reaped_elsewhere(self) -> bool:
+        """Ended, but its wait status went to another waiter in the parent."""
+        return self.ended_at is not None and self.status is None
+
+
+def failed(status: int | None, records: list[Record]) -> bool:
     """Did a rank that just ended fail (for fail-fast)? Exit 0 without a record does not
-    count (it is reported as EXITED, but it is not a crash that strands the others)."""
-    if os.WIFSIGNALED(status):
+    count (it is reported as EXITED, but it is not a crash that strands the others); a
+    rank reaped elsewhere (``status`` None) counts unless its record says it returned."""
+    if status is not None and os.WIFSIGNALED(status):
         return True
     if any(rec.kind == "raised" for rec in records):
         return True
     if any(rec.kind == "ok" for rec in records):
         return False
-    return os.WEXITSTATUS(status) != 0
+    return status is None or os.WEXITSTATUS(status) != 0
 
 
 _MAX_CAPTURE = 8 << 20  # bytes of a rank's stdout/stderr kept (the tail: where it failed)
@@ -105,26 +127,58 @@ def judge(r: RankState, wd: Workdir) -> RankOutcome:
         leaked_fds=leaked,
         note=r.note or (_BOOTSTRAP_NOTE if exit_code == EXIT_BOOTSTRAP and not final else ""),
     )
-    if r.killed_by_harness or status_raw is None:
+    if r.killed_by_harness or not r.ended:
         return replace(base, status=Status.TIMED_OUT)
+    if r.reaped_elsewhere:
+        return _with_result(
+            replace(
+                base,
+                status=Status.UNKNOWN,
+                note=_note(
+                    _REAPED_ELSEWHERE_NOTE.format(pid=r.pid),
+                    _RECORD_SAYS[final.kind if final is not None else None],
+                    r.note,
+                ),
+            ),
+            final,
+            r.rank,
+            keep_status=True,
+        )
     if sig is not None:
         return replace(base, status=Status.SIGNALED)
+    return _with_result(base, final, r.rank)
+
+
+def _note(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _with_result(
+    base: RankOutcome, final: Record | None, rank: int, *, keep_status: bool = False
+) -> RankOutcome:
+    """``base`` plus what the rank's last result record says (value or exception); the
+    status follows the record unless ``keep_status`` (a rank reaped elsewhere stays
+    UNKNOWN: the record may predate a crash on its way out)."""
     payload = final.payload if final is not None else None
-    if final is not None and final.kind == "ok" and isinstance(payload, dict):
-        return replace(base, status=Status.OK, value=payload.get("value"))
-    if final is not None and final.kind == "raised" and isinstance(payload, dict):
-        return replace(
+    if final is None:
+        return base
+    if final.kind == "ok" and isinstance(payload, dict):
+        found = replace(base, status=Status.OK, value=payload.get("value"))
+    elif final.kind == "raised" and isinstance(payload, dict):
+        found = replace(
             base,
             status=Status.RAISED,
             exc_type=str(payload.get("type")),
             exc_message=str(payload.get("message")),
             traceback=str(payload.get("traceback")),
         )
-    if final is not None and final.kind == "unloadable":
-        return replace(
+    elif final.kind == "unloadable":
+        found = replace(
             base,
             status=Status.RAISED,
             exc_type="tpbcast.harness.UnloadableResult",
-            exc_message=f"rank {r.rank}'s result could not be unpickled: {payload}",
+            exc_message=f"rank {rank}'s result could not be unpickled: {payload}",
         )
-    return base
+    else:
+        return base
+    return replace(found, status=base.status) if keep_status else found

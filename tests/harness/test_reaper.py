@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import select
+import signal
 import time
 
 import pytest
@@ -61,3 +63,62 @@ def test_wait_returns_at_the_deadline_with_nothing(monkeypatch, pidfd):
         if w != -1:
             os.close(w)
         reaper.close()
+
+
+def test_a_rank_reaped_elsewhere_is_unknown_and_the_others_are_kept(monkeypatch):
+    """Someone else in the parent (here a SIGCHLD handler doing ``waitpid(-1)``, as some
+    libraries install) reaps rank 1 before the runner can. The runner used to raise
+    ChildProcessError from its own waitpid and lose every outcome."""
+    from tpbcast.harness import _runner
+
+    forked: list[int] = []
+    real_fork = _runner._fork
+
+    def recording_fork(*args, **kwargs):
+        pid = real_fork(*args, **kwargs)
+        forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(_runner, "_fork", recording_fork)
+    reaped_by_handler: list[tuple[int, int]] = []
+    release_r, release_w = os.pipe()
+
+    def foreign_reaper(signum, frame):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            reaped_by_handler.append((pid, status))
+            if len(forked) == 2 and pid == forked[1]:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # reap rank 1 only
+                os.write(release_w, b"x")  # now rank 0 may end (and is ours to reap)
+                return
+
+    def target(ctx, release_fd):
+        if ctx.rank == 1:
+            os._exit(3)  # ends at once; its exit status is what the handler steals
+        ready, _, _ = select.select([release_fd], [], [], 60)
+        assert ready, "rank 1 was never reaped by the foreign SIGCHLD handler"
+        return "kept"
+
+    old = signal.signal(signal.SIGCHLD, foreign_reaper)
+    try:
+        result = run_ranks(target, 2, timeout=90, args=(release_r,), fail_fast_grace=60)
+    finally:
+        signal.signal(signal.SIGCHLD, old)
+        os.close(release_r)
+        os.close(release_w)
+    # 1. The race happened: the foreign handler, not the runner, reaped rank 1 (exit 3).
+    assert [pid for pid, _ in reaped_by_handler] == [forked[1]], reaped_by_handler
+    assert os.WEXITSTATUS(reaped_by_handler[0][1]) == 3
+    # 2. Rank 1 is judged for what the runner can know; rank 0 keeps its own outcome.
+    lost, kept = result.outcomes[1], result.outcomes[0]
+    assert lost.status is Status.UNKNOWN, lost.report()
+    assert "exit status unknown (reaped elsewhere" in lost.summary()
+    assert lost.exit_code is None and lost.signal is None
+    assert kept.status is Status.OK and kept.value == "kept", kept.report()
+    assert not result.ok and result.first_failure is lost
+    assert result.survivors == ()
