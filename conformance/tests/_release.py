@@ -25,7 +25,7 @@ from typing import Any
 
 from tpbcast.harness import SyncError, SyncTimeoutError
 
-__all__ = ["notified", "poke", "stand_in_root"]
+__all__ = ["notified", "poke", "stand_in_root", "unfinished"]
 
 
 def notified(ctx: Any, name: str, timeout: float) -> bool:
@@ -39,6 +39,12 @@ def notified(ctx: Any, name: str, timeout: float) -> bool:
     except (SyncTimeoutError, SyncError):
         return False
     return True
+
+
+def unfinished(ctx: Any, names: list[str], timeout: float) -> list[str]:
+    """Those of ``names`` not notified within ``timeout`` s (one deadline for all)."""
+    end = time.monotonic() + timeout
+    return [name for name in names if not notified(ctx, name, max(0.01, end - time.monotonic()))]
 
 
 def poke(path: str) -> bool:
