@@ -48,6 +48,7 @@ NATIVE: Final = "tpbcast.conformance.adapters.native.adapter:make"
 RATIO_LIMIT: Final = 2.0
 _CELL: Final = {"PASS": "P", "FAIL": "F", "ERROR": "E", "UNSUPPORTED": "U", "NOT_TESTED": "-"}
 _LEVEL_MARK: Final = {"MUST": "M", "SHOULD": "S", "MAY": "m"}
+_MUST_BAD: Final = "MUST FAIL/ERROR where none may be"
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,9 @@ class Row:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return self.problems + self.remarks
+        """Problems, then remarks; a MUST list is in its own column, so named only."""
+        problems = (_MUST_BAD if p.startswith(_MUST_BAD) else p for p in self.problems)
+        return (*problems, *self.remarks)
 
 
 # ------------------------------------------------------------------------------ discovery
@@ -249,12 +252,28 @@ def run_subject(
             code = None
     wall = time.monotonic() - start
     problem = "" if code is not None else f"killed after the {timeout:g} s run timeout"
+    facts = {"wall": wall, "selection": list(selection), "exit_code": code, "problem": problem}
+    (report_dir / "run.json").write_text(json.dumps(facts) + "\n", encoding="utf-8")
     doc: Mapping[str, Any] | None = None
     if json_path.exists():
         doc = json.loads(json_path.read_text(encoding="utf-8"))
     elif not problem:
         problem = f"no conformance.json (exit status {code}; see {report_dir / 'run.log'})"
     return Run(subject, tuple(selection), wall, code, report_dir, doc, problem)
+
+
+def load_run(subject: Subject, report_dir: Path) -> Run:
+    """A finished run read back from ``report_dir`` (``run.json``, ``conformance.json``)."""
+    try:
+        facts = json.loads((report_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return Run(subject, (), 0.0, None, report_dir, None, "never run (no run.json)")
+    json_path = report_dir / "conformance.json"
+    doc = json.loads(json_path.read_text(encoding="utf-8")) if json_path.exists() else None
+    problem = str(facts["problem"]) or ("" if doc else "no conformance.json")
+    selection = tuple(str(c) for c in facts["selection"])
+    wall, code = float(facts["wall"]), facts["exit_code"]
+    return Run(subject, selection, wall, code, report_dir, doc, problem)
 
 
 def judge(runs: Sequence[Run]) -> list[Row]:
@@ -270,7 +289,7 @@ def judge(runs: Sequence[Run]) -> list[Row]:
                 got = ", ".join(f"{c} {run.verdict(c) or 'not run'}" for c in run.survivors)
                 problems.append(f"SURVIVES: {got}")
             if (subject.baseline or subject.must_pass) and run.must_failures:
-                problems.append("MUST FAIL/ERROR: " + ", ".join(run.must_failures))
+                problems.append(f"{_MUST_BAD}: {', '.join(run.must_failures)}")
         # A kill only means something if the reference holds the same clause.
         doubted = {
             f"{c} ({ref.verdict(c)})"
@@ -407,10 +426,7 @@ def summary_doc(rows: Sequence[Row], *, fast: bool) -> dict[str, Any]:
 
 def _headline(rows: Sequence[Row]) -> str:
     """One line: OK, or which rows are not as expected and why (details in the table)."""
-    kinds = {
-        "SURVIVES": "mutants that survive",
-        "MUST FAIL": "MUST FAIL/ERROR where none may be",
-    }
+    kinds = {"SURVIVES": "mutants that survive", _MUST_BAD: _MUST_BAD}
     found: dict[str, list[str]] = {}
     for row in rows:
         for problem in row.problems:
@@ -580,6 +596,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", default="2", help="pytest-xdist workers per run")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     parser.add_argument("--report-dir", type=Path, default=REPORT_DIR)
+    parser.add_argument(
+        "--render-only", action="store_true", help="rebuild the reports from the last runs"
+    )
     args = parser.parse_args(argv)
 
     everything = [*baselines(), *discover()]
@@ -597,14 +616,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no rows to run", file=sys.stderr)
         return 1
     start = time.monotonic()
-    rows = run_matrix(
-        subjects,
-        args.report_dir,
-        fast=args.fast,
-        jobs=args.jobs,
-        workers=args.workers,
-        timeout=args.timeout,
-    )
+    if args.render_only:
+        runs = [load_run(s, args.report_dir / "runs" / s.name) for s in subjects]
+        rows = judge([r for r in runs if r.wall or r.subject.problem])
+    else:
+        rows = run_matrix(
+            subjects,
+            args.report_dir,
+            fast=args.fast,
+            jobs=args.jobs,
+            workers=args.workers,
+            timeout=args.timeout,
+        )
     write_reports(rows, args.report_dir, fast=args.fast)
     print(f"\n{_headline(rows)}")
     print(
