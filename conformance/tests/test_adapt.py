@@ -40,11 +40,17 @@ def _probe(impl):
 @pytest.mark.clause("ADAPT-1")
 def test_factory_returns_the_four_members(tpbcast_run, tpbcast_impl):
     members, initialized, *_ = tpbcast_run(lambda ctx: _probe(tpbcast_impl), 1).outcomes[0].value
-    assert all(members.values()), s.clause(
-        "ADAPT-1", "the factory's object has initialize/broadcast/reset/is_initialized", members
+    s.check(
+        "ADAPT-1",
+        all(members.values()),
+        "the factory's object has initialize/broadcast/reset/is_initialized",
+        members,
     )
-    assert initialized is False, s.clause(
-        "ADAPT-1", "a fresh object is not initialized (is_initialized() is False)", initialized
+    s.check(
+        "ADAPT-1",
+        initialized is False,
+        "a fresh object is not initialized (is_initialized() is False)",
+        initialized,
     )
 
 
@@ -55,22 +61,29 @@ def test_declared_capabilities_have_their_members(tpbcast_run, tpbcast_impl):
     )
     missing = {cap: [m for m, ok in ms.items() if not ok] for cap, ms in promised.items()}
     missing = {cap: ms for cap, ms in missing.items() if ms}
-    assert not missing, s.clause(
-        "ADAPT-2", "each declared capability provides the members it promises", missing
+    s.check(
+        "ADAPT-2",
+        not missing,
+        "each declared capability provides the members it promises",
+        f"missing: {missing}",
     )
     if "generation" in tpbcast_impl.capabilities:
-        assert generation_type == "int", s.clause(
-            "ADAPT-2", "generation is an int", generation_type
-        )
+        s.check("ADAPT-2", generation_type == "int", "generation is an int", generation_type)
 
 
 @pytest.mark.clause("ADAPT-3")
 def test_name_and_version_for_the_report(tpbcast_run, tpbcast_impl):
     *_, (name, version) = tpbcast_run(lambda ctx: _probe(tpbcast_impl), 1).outcomes[0].value
-    assert isinstance(name, str) and name, s.clause("ADAPT-3", "a non-empty name string", name)
-    assert isinstance(version, str) and version, s.clause(
-        "ADAPT-3", "a non-empty version string", version
+    s.check("ADAPT-3", isinstance(name, str) and name, "a non-empty name string", repr(name))
+    s.check(
+        "ADAPT-3",
+        isinstance(version, str) and version,
+        "a non-empty version string",
+        repr(version),
     )
-    assert tpbcast_impl.name == name and tpbcast_impl.version == version, s.clause(
-        "ADAPT-3", "the report shows the implementation's own name/version", tpbcast_impl
+    s.check(
+        "ADAPT-3",
+        tpbcast_impl.name == name and tpbcast_impl.version == version,
+        "the report shows the implementation's own name/version",
+        f"report: {tpbcast_impl.name!r} {tpbcast_impl.version!r}; object: {name!r} {version!r}",
     )
