@@ -82,9 +82,11 @@ CAPABILITIES: Final[Mapping[str, str]] = {
     "multi_buffer": "`broadcast` accepts a list of buffers, sent back to back",
     "peer_credentials": "rejects peers of another uid (SO_PEERCRED)",
     "secure_dir": "verifies/creates the socket dir 0700",
-    "dispatch": "`make_dispatcher(...)`: fallback dispatch layer (issue 6); its `bootstrap(*, "
-    "local_world_size, base_path, tp_rank=None, dp_rank=None)` is idempotent and refuses "
-    "explicit ranks that disagree with the layout",
+    "dispatch": "`make_dispatcher(*, engine, ...)`: fallback dispatch layer (issue 6) whose "
+    "collective path runs on `engine`, the suite's recording gloo engine (the FALLBACK clauses "
+    "are judged from what it saw); its `bootstrap(*, local_world_size, base_path, "
+    "tp_rank=None, dp_rank=None)` is idempotent and refuses explicit ranks that disagree with "
+    "the layout",
     "error_details": "errors carry `rank/peer/phase/...` attributes",
     "base_path": "`make_base_path(dp_rank=0, *, session_id=None, base_dir=None, environ=None, "
     "key=None) -> str`: the base-path helper (SEC-13 to SEC-17)",

@@ -126,6 +126,9 @@ class CpuBroadcastDispatcher:
     :param group: the TP process group for the collective (None = the
         engine's own group, else the default group).
     :param rank: this rank, used only to name it in error messages.
+    :param owns_engine: :meth:`teardown` closes the engine (and so a group it
+        created).  False for an engine lent by the caller (the conformance
+        suite's): teardown then leaves it, and its group, alone.
 
     Not thread-safe, like the engine loop it models: one caller at a time.
     """
@@ -138,9 +141,11 @@ class CpuBroadcastDispatcher:
         recorder: EngineRecorder | None = None,
         group: Any = None,
         rank: int | None = None,
+        owns_engine: bool = True,
     ) -> None:
         self._broadcaster = broadcaster
         self._raw_engine = engine
+        self._owns_engine = owns_engine
         self._recorder = recorder
         self._engine: CollectiveEngine = recorder.wrap(engine) if recorder else engine
         self._group = group if group is not None else getattr(engine, "group", None)
@@ -203,10 +208,11 @@ class CpuBroadcastDispatcher:
         return DispatchPath.COLLECTIVE
 
     def teardown(self) -> None:
-        """Reset the broadcaster and close the engine (destroying a group it created).
+        """Reset the broadcaster and close the engine if we own it (destroying a group it created).
 
         Idempotent.  Afterwards ``broadcast_cpu`` raises; a later bootstrap uses a
-        new engine and dispatcher and may reuse the (now reset) broadcaster.
+        new dispatcher (and, for an owned engine, a new engine) and may reuse the
+        (now reset) broadcaster.
         """
         if self._closed:
             return
@@ -214,7 +220,7 @@ class CpuBroadcastDispatcher:
         try:
             self._broadcaster.reset()
         finally:
-            close = getattr(self._raw_engine, "close", None)
+            close = getattr(self._raw_engine, "close", None) if self._owns_engine else None
             if callable(close):
                 close()
 

@@ -1,7 +1,9 @@
 """The conformance hook of the fallback dispatch (adapter capability ``dispatch``).
 
-One :class:`DispatchAdapter` per forked rank: a fresh gloo group per bootstrap,
-plain types at the boundary, so a suite that never imports
+One :class:`DispatchAdapter` per forked rank, driving the collective engine the
+caller lends it (the conformance suite's recording engine over its own gloo
+group: the suite judges the fallback from what that engine saw, DESIGN.md).
+Plain types at the boundary, so a suite that never imports
 ``tpbcast.reference_impl`` can drive the dispatcher.
 """
 
@@ -14,7 +16,7 @@ from typing import Any
 from ._config import BroadcasterConfig
 from ._dispatch import CpuBroadcastDispatcher, DispatchPath, ParallelMode, UdsBroadcaster
 from ._dispatch_bootstrap import BootstrapDecision, bootstrap, derive_ranks
-from ._engines import EngineRecorder
+from ._engines import CollectiveEngine, EngineRecorder
 from ._errors import NotInitializedError
 
 __all__ = ["DispatchAdapter", "make_dispatch_adapter"]
@@ -26,16 +28,19 @@ class DispatchAdapter:
     One per rank, inside a forked rank.  Plain types only at this boundary (mode
     as ``"tp"``/``"dp"`` or a :class:`ParallelMode`, paths as strings, events as
     tuples), so a suite that never imports ``tpbcast.reference_impl`` can drive
-    it.  Each :meth:`bootstrap` with new arguments creates a fresh gloo process
-    group over a ``FileStore`` in ``workdir`` (a new store file per incarnation)
-    and runs :func:`bootstrap`; the same arguments again change nothing
-    (FALLBACK-15); :meth:`teardown` resets the broadcaster and destroys it.
+    it.  ``engine`` is the caller's: its process group already exists (``engine.group``,
+    None = the default group) and outlives every bootstrap; this adapter never
+    closes it.  Each :meth:`bootstrap` with new arguments builds a fresh
+    :class:`CpuBroadcastDispatcher` over that engine and runs :func:`bootstrap`;
+    the same arguments again change nothing (FALLBACK-15); :meth:`teardown`
+    resets the broadcaster and drops the dispatcher.
     """
 
     def __init__(
         self,
         broadcaster: UdsBroadcaster,
         *,
+        engine: CollectiveEngine,
         rank: int,
         world_size: int,
         workdir: str,
@@ -45,6 +50,7 @@ class DispatchAdapter:
         io: float | None = None,
     ) -> None:
         self._broadcaster = broadcaster
+        self._engine = engine
         self.rank = rank
         self.world_size = world_size
         self._workdir = workdir
@@ -68,8 +74,13 @@ class DispatchAdapter:
         return self._config
 
     @property
+    def engine(self) -> CollectiveEngine:
+        """The caller's engine (never closed by this adapter)."""
+        return self._engine
+
+    @property
     def incarnation(self) -> int:
-        """How many process groups :meth:`bootstrap` has created so far."""
+        """How many bootstraps (each with a fresh dispatcher) have run so far."""
         return self._incarnation
 
     def bootstrap(
@@ -80,18 +91,16 @@ class DispatchAdapter:
         tp_rank: int | None = None,
         dp_rank: int | None = None,
     ) -> BootstrapDecision:
-        """Create the process group, then run the bootstrap policy (all ranks call it).
+        """Run the bootstrap policy on the engine's group (all ranks call it).
 
         ``tp_rank``/``dp_rank``, when given, must equal what the layout derives
         (``rank % world_size``, ``rank // world_size``): a disagreeing value
         raises :class:`ConfigurationError` naming both, before anything changes
         (FALLBACK-16).  A repeated call with the same arguments while that
         bootstrap still stands returns the same decision and touches nothing: no
-        new process group, no re-init, no socket (FALLBACK-15).  Different
-        arguments tear the standing bootstrap down and start over.
+        collective, no re-init, no socket (FALLBACK-15).  Different arguments
+        tear the standing bootstrap down and start over.
         """
-        from ._engines import TorchDistributedEngine
-
         ranks = derive_ranks(self.rank, self.world_size, tp_rank=tp_rank, dp_rank=dp_rank)
         key = (local_world_size, base_path, *ranks)
         standing = self._bootstrapped
@@ -105,15 +114,12 @@ class DispatchAdapter:
         if self._dispatcher is not None:
             self.teardown()
         self._incarnation += 1
-        engine = TorchDistributedEngine.create(
-            self.rank,
-            self.world_size,
-            self._workdir,
-            store_name=f"dispatch{self._incarnation}.store",
-            timeout=self._group_timeout,
-        )
         self._dispatcher = CpuBroadcastDispatcher(
-            self._broadcaster, engine, recorder=self._recorder, rank=self.rank
+            self._broadcaster,
+            self._engine,
+            recorder=self._recorder,
+            rank=self.rank,
+            owns_engine=False,
         )
         try:
             decision = bootstrap(
@@ -151,7 +157,7 @@ class DispatchAdapter:
         self._recorder.clear()
 
     def teardown(self) -> None:
-        """Reset the broadcaster and destroy the process group; idempotent."""
+        """Reset the broadcaster and drop the dispatcher (the engine stays); idempotent."""
         dispatcher, self._dispatcher = self._dispatcher, None
         self._bootstrapped = None
         if dispatcher is not None:
@@ -172,6 +178,7 @@ def _parse_mode(mode: Any) -> Any:
 def make_dispatch_adapter(
     broadcaster: UdsBroadcaster,
     *,
+    engine: CollectiveEngine,
     rank: int,
     world_size: int,
     workdir: str,
@@ -182,6 +189,10 @@ def make_dispatch_adapter(
 ) -> DispatchAdapter:
     """Build the ``dispatch`` capability object for ``broadcaster`` on one rank.
 
+    ``engine`` is the caller's collective engine over an existing process group
+    of ``world_size`` ranks (see :class:`DispatchAdapter`); ``group_timeout``
+    is that group's per-collective deadline.
+
     ``connect``/``init`` default to a quarter of ``group_timeout`` each, so the
     bootstrap budget always fits inside the group's collective deadline; ``io``
     defaults to ``group_timeout``, and ``math.inf`` means no broadcast deadline
@@ -189,6 +200,7 @@ def make_dispatch_adapter(
     """
     return DispatchAdapter(
         broadcaster,
+        engine=engine,
         rank=rank,
         world_size=world_size,
         workdir=workdir,

@@ -138,6 +138,7 @@ class ReferenceAdapter:
     def make_dispatcher(
         self,
         *,
+        engine: Any,
         rank: int,
         world_size: int,
         workdir: str,
@@ -148,7 +149,10 @@ class ReferenceAdapter:
     ) -> object:
         """The ``dispatch`` capability: a per-rank fallback dispatcher (issue 6).
 
-        Imported lazily: the dispatch layer brings torch.distributed with it.
+        ``engine`` is the suite's recording collective engine over the group it
+        created (DESIGN.md, adapter table): the fallback path runs on it and the
+        dispatcher never closes it.  Imported lazily: the dispatch layer brings
+        torch.distributed with it.
         """
         from ._dispatch_adapter import make_dispatch_adapter
 
@@ -156,6 +160,7 @@ class ReferenceAdapter:
         # `config=`, which is what the dispatcher passes.
         return make_dispatch_adapter(
             cast(Any, self.broadcaster),
+            engine=engine,
             rank=rank,
             world_size=world_size,
             workdir=workdir,

@@ -1,26 +1,38 @@
 """FALLBACK: the dispatch layer above the broadcaster (capability ``dispatch``, issue 6).
 
-The capability promises ``make_dispatcher(*, rank, world_size, workdir, group_timeout,
-connect, init, io)`` on the broadcaster object, returning a per-rank dispatcher with:
+The capability promises ``make_dispatcher(*, engine, rank, world_size, workdir,
+group_timeout, connect, init, io)`` on the broadcaster object, returning a per-rank
+dispatcher that drives THAT broadcaster and runs its fallback on ``engine``:
 ``bootstrap(*, local_world_size, base_path, tp_rank=None, dp_rank=None) -> decision``
 (``decision.path`` is "uds" or "collective", ``decision.failed_ranks``; the same arguments
 again change nothing, explicit ranks must match ``rank % world_size`` / ``rank //
-world_size``), ``broadcast_cpu(buffers, root=0, mode="tp") ->
-path``, ``calls()`` (the recorder's events in order: ``("uds", n)``, ``("collective",
-n)``, ``("sync_communication",)``, ``("device_sync",)``), ``clear_calls()`` and
-``teardown()``.
+world_size``), ``broadcast_cpu(buffers, root=0, mode="tp") -> path``, ``calls()`` (its
+own record: ``("uds", n)``, ``("collective", n)``, ``("sync_communication",)``,
+``("device_sync",)``), ``clear_calls()`` and ``teardown()``.
 
-Every dispatch group imports torch in each rank (a real gloo process group), so the
-observations are gathered by ONE group run per conformance run, shared by the xdist workers
-(fixture ``observed``), and each clause's test judges its part: a failure of that run is an
-ERROR of every FALLBACK test.
+Suite-owned observation: ``engine`` is the suite's (:mod:`._fallback_engine`), a real
+gloo engine over a process group the suite created, recording every call made on it;
+the group's own collective counter shows collectives that bypassed the engine.  The
+FALLBACK clauses are judged from what the engine and the group saw, from the data the
+ranks received and from the broadcaster's state; ``calls()`` is only compared against
+that truth (FALLBACK-12: the dispatcher's report must not lie).
+
+Every dispatch group imports torch in each rank, so the observations are gathered by ONE
+group run per conformance run, shared by the xdist workers (fixture ``observed``), and
+each clause's test judges its part: a failure of that run is an ERROR of every FALLBACK
+test.  Whatever one rank observes of state the other ranks can change (the shared
+workdir, rank 0's socket) is observed between two ``ctx.sync`` barriers, never raced.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import warnings
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -28,9 +40,15 @@ from tpbcast.conformance.plugin import require
 from tpbcast.harness import run_ranks
 
 from . import _support as s
+from ._fallback_engine import COLLECTIVE, DEVICE_SYNC, SYNC_COMMUNICATION
 
 GROUP_TIMEOUT = 10.0
+# The dispatcher's broadcaster deadlines (their sum must stay below GROUP_TIMEOUT).
+CONNECT = INIT = 1.0
 SIZES = (5, 300, 1)
+FALLBACK_SEQUENCE = [COLLECTIVE, SYNC_COMMUNICATION, DEVICE_SYNC]
+# Rank 1's bootstrap fails in the consensus phase (a base path over the 107-byte limit).
+FAILING_RANK = 1
 
 
 def _path(value):
@@ -39,74 +57,190 @@ def _path(value):
     return str(getattr(value, "value", value)).lower()
 
 
-def _events(dispatcher):
-    return [tuple(event) for event in dispatcher.calls()]
+def _claimed(dispatcher):
+    """The dispatcher's own record (``calls()``); FALLBACK-12 compares it with the truth."""
+    try:
+        return [tuple(event) for event in dispatcher.calls()]
+    except Exception as exc:
+        return f"calls() raised {type(exc).__name__}: {exc}"
 
 
-def _error(fn):
-    raised = s.attempt(fn)
-    return None if raised is None else (raised.type_name, raised.message)
+@dataclass
+class _Rig:
+    """One rank's dispatch stack: the suite's engine, the broadcaster, its dispatcher."""
+
+    ctx: Any
+    impl: Any
+    engine: Any
+    bcast: Any
+    dispatcher: Any
+
+    @classmethod
+    def build(cls, ctx, impl, engine, *, rank, world_size):
+        bcast = impl.create()
+        bcast.reset()
+        dispatcher = bcast.make_dispatcher(
+            engine=engine,
+            rank=rank,
+            world_size=world_size,
+            workdir=ctx.workdir,
+            group_timeout=GROUP_TIMEOUT,
+            connect=CONNECT,
+            init=INIT,
+            io=GROUP_TIMEOUT,
+        )
+        return cls(ctx, impl, engine, bcast, dispatcher)
+
+    def clear(self):
+        self.engine.clear()
+        with contextlib.suppress(Exception):  # FALLBACK-12 judges a broken record, not this
+            self.dispatcher.clear_calls()
+
+    def group_delta(self, before):
+        after = self.engine.group_collectives()
+        return None if before is None or after is None else after - before
 
 
-def _phase(ctx, dispatcher, *, local_world_size, base_path, label, seed):
-    """Bootstrap, then every observation the FALLBACK clauses need on this layout."""
-    out = {}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        decision = dispatcher.bootstrap(local_world_size=local_world_size, base_path=base_path)
-    out["decision"] = _path(decision)
-    out["failed_ranks"] = tuple(getattr(decision, "failed_ranks", ()))
-    out["warnings"] = [str(w.message) for w in caught]
-    datas = [s.payload(seed, n, (label, i)) for i, n in enumerate(SIZES)]
-    # One buffer per call: data and the exact event sequence.
-    dispatcher.clear_calls()
-    buf = bytearray(datas[1]) if ctx.rank == 0 else bytearray(len(datas[1]))
-    out["one_path"] = _path(dispatcher.broadcast_cpu([buf]))
-    out["one_events"] = _events(dispatcher)
-    out["one_ok"] = bytes(buf) == datas[1]
-    # Several buffers in one call.
-    dispatcher.clear_calls()
-    bufs = [bytearray(d) if ctx.rank == 0 else bytearray(len(d)) for d in datas]
-    dispatcher.broadcast_cpu(bufs)
-    out["multi_events"] = _events(dispatcher)
-    out["multi_ok"] = [bytes(b) for b in bufs] == datas
-    # The empty-list guard.
-    dispatcher.clear_calls()
-    out["empty_error"] = _error(lambda: dispatcher.broadcast_cpu([]))
-    out["empty_events"] = _events(dispatcher)
-    # Argument checks, before any communication.
-    dispatcher.clear_calls()
-    out["root_error"] = _error(lambda: dispatcher.broadcast_cpu([bytearray(4)], root=1))
-    out["mode_error"] = _error(lambda: dispatcher.broadcast_cpu([bytearray(4)], mode="dp"))
-    out["check_events"] = _events(dispatcher)
-    # A buffer that is not in CPU memory (torch's "meta" device needs no GPU).
+def _call(rig, buffers, **kwargs):
+    """One ``broadcast_cpu``: its result, what the engine and the group saw, its own record."""
+    rig.clear()
+    before = rig.engine.group_collectives()
+    box = []
+    raised = s.attempt(lambda: box.append(rig.dispatcher.broadcast_cpu(buffers, **kwargs)))
+    return {
+        "path": _path(box[0]) if box else None,
+        "error": raised,
+        "group": rig.group_delta(before),
+        "engine": rig.engine.events(),
+        "claimed": _claimed(rig.dispatcher),
+    }
+
+
+def _data_call(rig, datas):
+    """Broadcast ``datas`` (rank 0's bytes; the others start from their complement)."""
+    bufs = [
+        bytearray(data) if rig.ctx.rank == 0 else bytearray(b ^ 0xFF for b in data)
+        for data in datas
+    ]
+    seen = _call(rig, bufs)
+    seen["ok"] = [bytes(buf) for buf in bufs] == list(datas)
+    return seen
+
+
+def _refused(rig, label, make, **kwargs):
+    """A call the dispatcher must refuse, then a data call proving nothing was left in flight."""
+    buffers = make(rig.ctx.rank)
+    before = [bytes(b) for b in buffers if isinstance(b, bytearray)]
+    seen = _call(rig, buffers, **kwargs)
+    seen["touched"] = [bytes(b) for b in buffers if isinstance(b, bytearray)] != before
+    seen["tail"] = _data_call(rig, [s.payload(rig.ctx.seed, 64, (label, "tail"))])
+    return seen
+
+
+def _four_bytes(rank):
+    return [bytearray(b"\x01\x02\x03\x04" if rank == 0 else 4)]
+
+
+def _meta_tensor(rank):
     import torch
 
-    dispatcher.clear_calls()
-    out["device_error"] = _error(lambda: dispatcher.broadcast_cpu([torch.empty(4, device="meta")]))
-    out["device_events"] = _events(dispatcher)
-    dispatcher.teardown()
+    return [torch.empty(4, device="meta")]  # not CPU memory, and needs no GPU
+
+
+@contextlib.contextmanager
+def _warnings_and_logs():
+    """Collect the text of every warning and WARNING+ log record raised inside the block."""
+    seen: list[str] = []
+
+    class _Handler(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = _Handler(logging.WARNING)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield seen
+    finally:
+        root.removeHandler(handler)
+        seen.extend(str(w.message) for w in caught)
+
+
+def _sync(ctx, name):
+    """A barrier; a rank that crashed before it costs GROUP_TIMEOUT, not the group deadline."""
+    ctx.sync(name, timeout=GROUP_TIMEOUT)
+
+
+def _bootstrap(rig, *, local_world_size, base_path, label, tp_size=None):
+    """Bootstrap; the decision, what it warned, and the broadcaster once every rank is done.
+
+    ``tp_size`` is given only for a group of this rank alone (TP=1): nobody to wait for.
+    """
+    ctx = rig.ctx
+    rig.clear()
+    box = []
+    with _warnings_and_logs() as said:
+        raised = s.attempt(
+            lambda: box.append(
+                rig.dispatcher.bootstrap(local_world_size=local_world_size, base_path=base_path)
+            )
+        )
+    decision = box[0] if box else None
+    if tp_size is None:
+        tp_size = ctx.world_size
+        _sync(ctx, f"{label}-booted")  # every rank's bootstrap is over before anyone looks
+    return {
+        "layout": f"tp_size {tp_size}, local_world_size {local_world_size}",
+        "raised": raised,
+        "decision": None if decision is None else _path(decision),
+        "failed_ranks": tuple(getattr(decision, "failed_ranks", None) or ()),
+        "warnings": said,
+        "initialized": bool(rig.bcast.is_initialized()),
+        "socket": s.kind_of(s.sock_path(base_path)) if ctx.rank == 0 else None,
+        "dir": os.path.exists(os.path.dirname(base_path)),
+    }
+
+
+def _phase(rig, *, local_world_size, base_path, label, checks=False):
+    """Bootstrap, then every observation the FALLBACK clauses need on this layout."""
+    out = _bootstrap(rig, local_world_size=local_world_size, base_path=base_path, label=label)
+    datas = [s.payload(rig.ctx.seed, n, (label, i)) for i, n in enumerate(SIZES)]
+    out["one"] = _data_call(rig, datas[1:2])
+    out["multi"] = _data_call(rig, datas)
+    if checks:
+        out["empty"] = _call(rig, [])
+        out["root"] = _refused(rig, label, _four_bytes, root=1)
+        out["mode"] = _refused(rig, label, _four_bytes, mode="dp")
+        out["device"] = _refused(rig, label, _meta_tensor)
+    rig.dispatcher.teardown()
+    _sync(rig.ctx, f"{label}-down")
+    out["after_teardown"] = {
+        "initialized": bool(rig.bcast.is_initialized()),
+        "socket": s.kind_of(s.sock_path(base_path)) if rig.ctx.rank == 0 else None,
+    }
     return out
 
 
-def _state(ctx, bcast, impl, base_path):
+def _state(rig, base_path):
     """What a bootstrap could change: fds, files of the shared workdir, the socket, generation."""
     sock = s.sock_path(base_path)
     ident = None
-    if ctx.rank == 0 and s.kind_of(sock) == "socket":
+    if rig.ctx.rank == 0 and s.kind_of(sock) == "socket":
         st = os.stat(sock)
         ident = (st.st_dev, st.st_ino)
     return {
         "fds": s.fd_table(),
-        "entries": s.entries(ctx.workdir),
+        "entries": s.entries(rig.ctx.workdir),
         "socket": ident,
-        "generation": bcast.generation if impl.supports("generation") else None,
+        "generation": rig.bcast.generation if rig.impl.supports("generation") else None,
     }
 
 
-def _changes(ctx, bcast, impl, base_path, before):
+def _changes(rig, base_path, before):
     """Everything that differs from ``before`` (empty: no side effect)."""
-    after = _state(ctx, bcast, impl, base_path)
+    after = _state(rig, base_path)
     changed: dict[str, object] = {}
     opened = s.new_fds(before["fds"])
     closed = sorted(set(before["fds"]) - set(after["fds"]))
@@ -118,68 +252,77 @@ def _changes(ctx, bcast, impl, base_path, before):
     return changed
 
 
-def _bootstrap_observed(ctx, dispatcher, bcast, impl, base_path, **kwargs):
-    """Call ``bootstrap``; what it returned or raised, warned and changed."""
-    before = _state(ctx, bcast, impl, base_path)
+def _bootstrap_observed(rig, base_path, label, **kwargs):
+    """Call ``bootstrap`` between barriers; what it returned or raised, warned and changed.
+
+    Barriers before the first snapshot, after the call and after the second snapshot
+    make the snapshots of shared state (the workdir, rank 0's socket) differ only by what
+    the ranks' bootstrap calls did, never by another rank's previous or next step (a
+    rank 0 tearing its socket down while rank 1 still compares listings).
+    """
+    rig.clear()
+    _sync(rig.ctx, f"{label}-before")
+    before = _state(rig, base_path)
+    group_before = rig.engine.group_collectives()
     box = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _warnings_and_logs() as said:
         raised = s.attempt(
             lambda: box.append(
-                dispatcher.bootstrap(local_world_size=2, base_path=base_path, **kwargs)
+                rig.dispatcher.bootstrap(local_world_size=2, base_path=base_path, **kwargs)
             )
         )
+    group = rig.group_delta(group_before)
+    _sync(rig.ctx, f"{label}-after")
+    changes = _changes(rig, base_path, before)
+    _sync(rig.ctx, f"{label}-observed")  # nobody moves on while another rank still looks
     return {
         "decision": box[0] if box else None,
         "raised": None if raised is None else (raised.type_name, raised.message),
         "mentions": {} if raised is None else {v: s.mentions(raised, v) for v in range(4)},
-        "warnings": [str(w.message) for w in caught],
-        "changes": _changes(ctx, bcast, impl, base_path, before),
+        "warnings": said,
+        "changes": changes,
+        "engine": rig.engine.events(),
+        "group": group,
     }
 
 
-def _roundtrip(ctx, dispatcher, seed, label):
-    data = s.payload(seed, 300, label)
-    buf = bytearray(data) if ctx.rank == 0 else bytearray(len(data))
-    dispatcher.clear_calls()
-    path = _path(dispatcher.broadcast_cpu([buf]))
-    return path, bytes(buf) == data, _events(dispatcher)
+def _roundtrip(rig, label):
+    return _data_call(rig, [s.payload(rig.ctx.seed, 300, label)])
 
 
-def _explicit_ranks(ctx, dispatcher, bcast, impl, base_path):
+def _explicit_ranks(rig, base_path, label):
     """Explicit tp_rank/dp_rank that disagree with the layout (every rank passes one)."""
-    return {
-        "tp": _bootstrap_observed(
-            ctx, dispatcher, bcast, impl, base_path, tp_rank=ctx.world_size - 1 - ctx.rank
-        ),
-        "dp": _bootstrap_observed(ctx, dispatcher, bcast, impl, base_path, dp_rank=3),
-    }
+    out = {}
+    for which, kwargs in (
+        ("tp", {"tp_rank": rig.ctx.world_size - 1 - rig.ctx.rank}),
+        ("dp", {"dp_rank": 3}),
+    ):
+        seen = _bootstrap_observed(rig, base_path, f"{label}-{which}", **kwargs)
+        decision = seen["decision"]
+        seen["decision"] = None if decision is None else _path(decision)
+        out[which] = seen
+    return out
 
 
-def _repeat(out, ctx, dispatcher, bcast, impl, *, base_path, seed):
+def _repeat(out, rig, base_path):
     """FALLBACK-15/16 on a standing bootstrap: the same call again, explicit ranks.
 
     Fills ``out`` step by step, so a later crash keeps the earlier observations.
     """
-    first = _bootstrap_observed(ctx, dispatcher, bcast, impl, base_path)
+    first = _bootstrap_observed(rig, base_path, "rep-first")
     decision = first.pop("decision")
     out["first"] = {**first, "path": _path(decision) if decision is not None else None}
-    out["first_socket"] = s.kind_of(s.sock_path(base_path)) if ctx.rank == 0 else None
-    out["first_roundtrip"] = _roundtrip(ctx, dispatcher, seed, "rep1")
-    for label, kwargs in (("again", {}), ("agreeing", {"tp_rank": ctx.rank, "dp_rank": 0})):
-        dispatcher.clear_calls()
-        seen = _bootstrap_observed(ctx, dispatcher, bcast, impl, base_path, **kwargs)
+    out["first_socket"] = s.kind_of(s.sock_path(base_path)) if rig.ctx.rank == 0 else None
+    out["first_roundtrip"] = _roundtrip(rig, "rep1")
+    for label, kwargs in (("again", {}), ("agreeing", {"tp_rank": rig.ctx.rank, "dp_rank": 0})):
+        seen = _bootstrap_observed(rig, base_path, f"rep-{label}", **kwargs)
         again = seen.pop("decision")
         seen["same_decision"] = again is decision or (again is not None and again == decision)
         seen["path"] = _path(again) if again is not None else None
-        seen["calls"] = _events(dispatcher)
         out[label] = seen
-    explicit = _explicit_ranks(ctx, dispatcher, bcast, impl, base_path)
-    for view in explicit.values():
-        view["decision"] = None if view["decision"] is None else _path(view["decision"])
-    out["explicit"] = explicit
-    out["after_roundtrip"] = _roundtrip(ctx, dispatcher, seed, "rep2")
-    dispatcher.teardown()
+    out["explicit"] = _explicit_ranks(rig, base_path, "rep-x")
+    out["after_roundtrip"] = _roundtrip(rig, "rep2")
+    rig.dispatcher.teardown()
 
 
 def _guarded(scenario):
@@ -192,50 +335,62 @@ def _guarded(scenario):
     return out
 
 
+def _tp1(ctx, impl):
+    """TP=1 (rank 0 alone, its own one-rank group): the broadcaster stays down."""
+    from ._fallback_engine import SuiteEngine, close_group, open_group
+
+    open_group(0, 1, os.path.join(ctx.workdir, "suite-tp1.store"), GROUP_TIMEOUT)
+    try:
+        rig = _Rig.build(ctx, impl, SuiteEngine(timeout=GROUP_TIMEOUT), rank=0, world_size=1)
+        base = os.path.join(ctx.workdir, "tp1", "g")
+        out = _bootstrap(rig, local_world_size=2, base_path=base, label="tp1", tp_size=1)
+        out["one"] = _data_call(rig, [s.payload(ctx.seed, 300, "tp1")])
+        rig.dispatcher.teardown()
+        rig.bcast.reset()
+        return out
+    finally:
+        close_group()
+
+
 def _target(ctx, impl):
-    bcast = impl.create()
-    dispatcher = bcast.make_dispatcher(
-        rank=ctx.rank,
-        world_size=ctx.world_size,
-        workdir=ctx.workdir,
-        group_timeout=GROUP_TIMEOUT,
-        connect=1.0,
-        init=1.0,
-        io=GROUP_TIMEOUT,
-    )
-    seed = ctx.seed
+    from ._fallback_engine import SuiteEngine, close_group, open_group
+
+    open_group(ctx.rank, ctx.world_size, os.path.join(ctx.workdir, "suite.store"), GROUP_TIMEOUT)
+    engine = SuiteEngine(timeout=GROUP_TIMEOUT)
+    rig = _Rig.build(ctx, impl, engine, rank=ctx.rank, world_size=ctx.world_size)
     results = {}
-
-    def fresh(out):
-        out.update(_explicit_ranks(ctx, dispatcher, bcast, impl, ctx.base_path + "f"))
-        for label in ("tp", "dp"):
-            decision = out[label]["decision"]
-            out[label]["decision"] = None if decision is None else _path(decision)
-
-    # FALLBACK-16 before any bootstrap (every rank passes a wrong rank: nobody waits).
-    results["explicit_fresh"] = _guarded(fresh)
-    results["uds"] = _phase(
-        ctx, dispatcher, local_world_size=2, base_path=ctx.base_path, label="uds", seed=seed
-    )
-    results["uds_after_teardown"] = _phase(
-        ctx, dispatcher, local_world_size=2, base_path=ctx.base_path + "2", label="re", seed=seed
-    )
-    missing = os.path.join(ctx.workdir, "never", "p" * 120)
-    results["cross_node"] = _phase(
-        ctx, dispatcher, local_world_size=1, base_path=missing, label="x", seed=seed
-    )
-    results["cross_node_dir"] = os.path.exists(os.path.dirname(missing))
-    # One rank's bootstrap fails (a base path over the 107-byte limit on rank 1 only).
-    bad = ctx.base_path + "3" if ctx.rank == 0 else os.path.join(ctx.workdir, "q" * 120)
-    results["consensus"] = _phase(
-        ctx, dispatcher, local_world_size=2, base_path=bad, label="c", seed=seed
-    )
-    results["repeat"] = _guarded(
-        lambda out: _repeat(
-            out, ctx, dispatcher, bcast, impl, base_path=ctx.base_path + "r", seed=seed
+    try:
+        # FALLBACK-16 before any bootstrap (every rank passes a wrong rank: nobody waits).
+        results["explicit_fresh"] = _guarded(
+            lambda out: out.update(_explicit_ranks(rig, ctx.base_path + "f", "fresh"))
         )
-    )
-    bcast.reset()
+        results["uds"] = _phase(
+            rig, local_world_size=2, base_path=ctx.base_path, label="uds", checks=True
+        )
+        # local_world_size above tp_size is eligible too (not only equal).
+        results["wide"] = _phase(
+            rig, local_world_size=3, base_path=ctx.base_path + "w", label="wide"
+        )
+        results["uds_after_teardown"] = _phase(
+            rig, local_world_size=2, base_path=ctx.base_path + "2", label="re"
+        )
+        missing = os.path.join(ctx.workdir, "never", "p" * 120)
+        results["cross_node"] = _phase(
+            rig, local_world_size=1, base_path=missing, label="x", checks=True
+        )
+        # One rank's bootstrap fails (a base path over the 107-byte limit on that rank only).
+        bad = (
+            os.path.join(ctx.workdir, "q" * 120)
+            if ctx.rank == FAILING_RANK
+            else ctx.base_path + "3"
+        )
+        results["consensus"] = _phase(rig, local_world_size=2, base_path=bad, label="c")
+        results["repeat"] = _guarded(lambda out: _repeat(out, rig, ctx.base_path + "r"))
+        rig.bcast.reset()
+    finally:
+        close_group()
+    if ctx.rank == 0:
+        results["tp1"] = _tp1(ctx, impl)
     return results
 
 
@@ -262,156 +417,392 @@ def observed(tpbcast_impl, tpbcast_settings, tpbcast_path_factory, tpbcast_run_s
 
 def _both(observed, phase):
     views, _ = observed
-    return [(rank, view[phase]) for rank, view in enumerate(views)]
+    return [(rank, view[phase]) for rank, view in enumerate(views) if phase in view]
 
 
-@pytest.mark.clause("FALLBACK-1", "FALLBACK-8")
+def _kinds(events):
+    return [event[0] for event in events] if isinstance(events, list) else events
+
+
+def _took_uds(call):
+    """The truth of a data call: no engine call, no collective on the group, data arrived."""
+    return not call["engine"] and not call["group"] and call.get("ok") and call["error"] is None
+
+
+def _quiet(call):
+    """Nothing of the engine ran and no collective went over the group."""
+    return not call["engine"] and not call["group"]
+
+
+def _engine_seen(call):
+    return f"engine saw {call['engine']}, collectives on the group {call['group']}"
+
+
+# The phases: bootstrapped on a layout that allows UDS (1 < tp_size <= local_world_size),
+# on one that does not (FALLBACK-8), and one where rank 1's bootstrap fails (FALLBACK-9).
+UDS_PHASES = ("uds", "wide", "uds_after_teardown")
+INELIGIBLE_PHASES = ("cross_node", "tp1")
+COLLECTIVE_PHASES = (*INELIGIBLE_PHASES, "consensus")
+
+
+@pytest.mark.clause("FALLBACK-1")
 def test_uds_path_exactly_when_initialized(observed):
-    for rank, view in _both(observed, "uds") + _both(observed, "uds_after_teardown"):
-        assert view["decision"] == "uds" and view["one_path"] == "uds", s.clause(
-            "FALLBACK-1/8",
-            f"rank {rank}: 1 < tp_size <= local_world_size bootstraps UDS and uses it",
-            (view["decision"], view["one_path"]),
-        )
-    for rank, view in _both(observed, "cross_node"):
-        assert view["decision"] == "collective" and view["one_path"] == "collective", s.clause(
-            "FALLBACK-1/8",
-            f"rank {rank}: local_world_size < tp_size leaves it uninitialized: collective",
-            (view["decision"], view["one_path"]),
-        )
+    for phase in UDS_PHASES + COLLECTIVE_PHASES:
+        for rank, view in _both(observed, phase):
+            for name in ("one", "multi"):
+                call = view.get(name)
+                if call is None:
+                    continue
+                if view["initialized"]:
+                    holds, want = _took_uds(call), "takes the UDS path (no engine call)"
+                else:
+                    holds = COLLECTIVE in _kinds(call["engine"])
+                    want = "takes the collective path (the engine's collective)"
+                s.check(
+                    "FALLBACK-1",
+                    holds,
+                    f"{phase} ({view['layout']}): with the broadcaster "
+                    f"{'initialized' if view['initialized'] else 'not initialized'} a call {want}",
+                    f"{_engine_seen(call)}, data arrived: {call['ok']}, error: {call['error']}",
+                    rank=rank,
+                )
 
 
-@pytest.mark.clause("FALLBACK-2", "FALLBACK-12")
+@pytest.mark.clause("FALLBACK-8")
+def test_bootstrap_only_when_tp_fits_the_node(observed):
+    for phase in UDS_PHASES + INELIGIBLE_PHASES:
+        eligible = phase in UDS_PHASES
+        for rank, view in _both(observed, phase):
+            want = "initializes the broadcaster" if eligible else "leaves the broadcaster down"
+            s.check(
+                "FALLBACK-8",
+                view["initialized"] == eligible,
+                f"{phase}: the bootstrap at {view['layout']} {want}",
+                f"is_initialized() {view['initialized']} after bootstrap "
+                f"(decision {view['decision']}, raised {view['raised']})",
+                rank=rank,
+            )
+            if rank == 0 and phase != "tp1":
+                s.check(
+                    "FALLBACK-8",
+                    (view["socket"] == "socket") == eligible,
+                    f"{phase}: rank 0 listens at its socket iff the bootstrap at "
+                    f"{view['layout']} brings the broadcaster up",
+                    f"{view['socket']} at the socket path",
+                    rank=rank,
+                )
+
+
+def _on_path(observed, phases, *, uds):
+    """``(rank, phase, view)`` of every phase whose bootstrap left the broadcaster up
+    (``uds``) or down: which path a call takes is FALLBACK-1's, whether the layout
+    allowed it FALLBACK-8's; the path's own clauses judge the calls that took it."""
+    return [
+        (rank, phase, view)
+        for phase in phases
+        for rank, view in _both(observed, phase)
+        if view["initialized"] == uds
+    ]
+
+
+@pytest.mark.clause("FALLBACK-2")
 def test_collective_then_sync_then_device_sync(observed):
-    for rank, view in _both(observed, "cross_node"):
-        kinds = [event[0] for event in view["one_events"]]
-        assert kinds == ["collective", "sync_communication", "device_sync"], s.clause(
-            "FALLBACK-2",
-            f"rank {rank}: the collective path runs collective, sync_communication, "
-            "device_sync, once each, in order",
-            view["one_events"],
+    cid = "FALLBACK-2"
+    judged = _on_path(observed, COLLECTIVE_PHASES, uds=False)
+    s.precondition(cid, judged, "some bootstrap left the broadcaster down (collective path)")
+    for rank, phase, view in judged:
+        call = view["one"]
+        if not s.check(
+            cid,
+            _kinds(call["engine"]) == FALLBACK_SEQUENCE,
+            f"{phase}: the collective path calls the engine's collective broadcast, "
+            "sync_communication, device_sync, once each, in order",
+            _engine_seen(call),
+            rank=rank,
+        ):
+            continue
+        s.check(
+            cid,
+            call["engine"][0][2] == 0 and call["group"] in (None, 1),
+            f"{phase}: exactly one collective, from root 0, goes over the TP group",
+            _engine_seen(call),
+            rank=rank,
         )
 
 
-@pytest.mark.clause("FALLBACK-3", "FALLBACK-12")
+@pytest.mark.clause("FALLBACK-3")
 def test_nothing_of_the_engine_on_the_uds_path(observed):
-    for rank, view in _both(observed, "uds"):
-        kinds = [event[0] for event in view["one_events"] + view["multi_events"]]
-        assert kinds and set(kinds) == {"uds"}, s.clause(
-            "FALLBACK-3",
-            f"rank {rank}: the UDS path reports itself and runs no collective or sync",
-            kinds,
-        )
+    cid = "FALLBACK-3"
+    judged = _on_path(observed, UDS_PHASES, uds=True)
+    s.precondition(cid, judged, "some bootstrap brought the broadcaster up (UDS path)")
+    for rank, phase, view in judged:
+        for name in ("one", "multi"):
+            call = view[name]
+            s.check(
+                cid,
+                _quiet(call),
+                f"{phase} ({name} buffer(s)): the UDS path runs no collective, "
+                "sync_communication or device_sync",
+                _engine_seen(call),
+                rank=rank,
+            )
 
 
 @pytest.mark.clause("FALLBACK-4")
 def test_empty_list_triggers_nothing(observed):
     for phase in ("uds", "cross_node"):
         for rank, view in _both(observed, phase):
-            assert view["empty_error"] is None and view["empty_events"] == [], s.clause(
+            call = view["empty"]
+            s.check(
                 "FALLBACK-4",
-                f"rank {rank} ({phase}): an empty buffer list runs nothing",
-                (view["empty_error"], view["empty_events"]),
+                call["error"] is None and _quiet(call),
+                f"{phase}: an empty buffer list runs nothing (and raises nothing)",
+                f"{_engine_seen(call)}, error: {call['error']}",
+                rank=rank,
             )
 
 
-def _assert_same_error_on_both_paths(observed, key, cid, what):
-    """Each rank's ``key`` error is raised, and identical, on the UDS and collective paths."""
-    for rank, uds in _both(observed, "uds"):
-        coll = observed[0][rank]["cross_node"]
-        assert uds[key] is not None and uds[key] == coll[key], s.clause(
+def _delivers(view):
+    """The phase's plain data calls worked: a later failure is the refused call's doing."""
+    return all(view[name]["ok"] and view[name]["error"] is None for name in ("one", "multi"))
+
+
+def _error_text(call):
+    error = call["error"]
+    return None if error is None else (error.type_name, error.message)
+
+
+def _judge_refused_on_both_paths(observed, key, cid, what):
+    """``what`` raises the same error on both paths, before any communication or sync."""
+    views, _ = observed
+    for rank, view in enumerate(views):
+        uds, coll = view["uds"][key], view["cross_node"][key]
+        s.check(
             cid,
+            uds["error"] is not None and _error_text(uds) == _error_text(coll),
             f"{what} raises the same error on both paths",
-            f"UDS: {uds[key]}, collective: {coll[key]}",
+            f"UDS: {uds['error']}, collective: {coll['error']}",
             rank=rank,
         )
+        for where, call in (("UDS", uds), ("collective", coll)):
+            s.check(
+                cid,
+                _quiet(call) and not call["touched"],
+                f"{what} is refused on the {where} path before any communication or sync",
+                f"{_engine_seen(call)}, buffer changed: {call['touched']}",
+                rank=rank,
+            )
+            tail = call["tail"]
+            if not _delivers(view["uds" if where == "UDS" else "cross_node"]):
+                continue  # the path never delivers (FALLBACK-11): the tail proves nothing
+            s.check(
+                cid,
+                tail["ok"] and tail["error"] is None,
+                f"after the refused {what} on the {where} path nothing is left in flight: "
+                "the next call delivers the root's bytes",
+                f"data arrived: {tail['ok']}, error: {tail['error']}",
+                rank=rank,
+            )
 
 
 @pytest.mark.clause("FALLBACK-5")
 def test_root_check_identical_on_both_paths(observed):
-    _assert_same_error_on_both_paths(observed, "root_error", "FALLBACK-5", "root=1")
-    for rank, uds in _both(observed, "uds"):
-        coll = observed[0][rank]["cross_node"]
-        assert uds["check_events"] == coll["check_events"] == [], s.clause(
-            "FALLBACK-5",
-            "the root check comes before any communication or sync",
-            f"UDS: {uds['check_events']}, collective: {coll['check_events']}",
-            rank=rank,
-        )
+    _judge_refused_on_both_paths(observed, "root", "FALLBACK-5", "root=1")
 
 
 @pytest.mark.clause("FALLBACK-6")
 def test_mode_check_identical_on_both_paths(observed):
-    _assert_same_error_on_both_paths(observed, "mode_error", "FALLBACK-6", "mode=dp")
+    _judge_refused_on_both_paths(observed, "mode", "FALLBACK-6", "mode=dp")
 
 
 @pytest.mark.clause("FALLBACK-7")
 def test_cpu_tensors_only_on_the_uds_path(observed):
     for rank, view in _both(observed, "uds"):
-        error = view["device_error"]
-        assert error is not None and "meta" in error[1], s.clause(
-            "FALLBACK-7", f"rank {rank}: a non-CPU buffer is refused naming its device", error
+        call = view["device"]
+        error = call["error"]
+        s.check(
+            "FALLBACK-7",
+            error is not None and s.mentions(error, "meta"),
+            "a buffer on the 'meta' device is refused on the UDS path, naming its device",
+            error,
+            rank=rank,
         )
-        assert view["device_events"] == [], s.clause(
-            "FALLBACK-7", "refused before any byte is sent", view["device_events"]
+        tail_ok = call["tail"]["ok"] or not _delivers(view)
+        s.check(
+            "FALLBACK-7",
+            _quiet(call) and tail_ok,
+            "the non-CPU buffer is refused before any byte is sent (the next call "
+            "delivers the root's bytes)",
+            f"{_engine_seen(call)}, next call's data arrived: {call['tail']['ok']}",
+            rank=rank,
         )
+
+
+_DECIMAL = re.compile(r"\d*\.\d+")
+
+
+def _names_rank(texts, rank):
+    """Some text names ``rank`` as a word: outside paths, not part of a decimal number."""
+    return any(s.mentions(s.Raised("", (), _DECIMAL.sub(" ", text), 0.0), rank) for text in texts)
 
 
 @pytest.mark.clause("FALLBACK-9")
 def test_consensus_on_one_ranks_bootstrap_failure(observed):
     views = _both(observed, "consensus")
-    paths = {view["decision"] for _, view in views}
-    assert paths == {"collective"}, s.clause(
-        "FALLBACK-9", "all ranks agree on the collective path when rank 1 fails", paths
-    )
     for rank, view in views:
-        assert 1 in view["failed_ranks"], s.clause(
-            "FALLBACK-9", f"rank {rank} knows rank 1 failed", view["failed_ranks"]
+        s.check(
+            "FALLBACK-9",
+            view["decision"] == "collective"
+            and not view["initialized"]
+            and COLLECTIVE in _kinds(view["one"]["engine"]),
+            f"every rank agrees on the collective path when rank {FAILING_RANK}'s bootstrap "
+            "fails (broadcaster down, the engine's collective runs)",
+            f"decision {view['decision']}, is_initialized() {view['initialized']}, "
+            f"{_engine_seen(view['one'])}",
+            rank=rank,
         )
-        assert any("1" in w for w in view["warnings"]), s.clause(
-            "FALLBACK-9", f"rank {rank} warns naming the failing rank", view["warnings"]
+        s.check(
+            "FALLBACK-9",
+            FAILING_RANK in view["failed_ranks"],
+            f"the decision's failed_ranks holds rank {FAILING_RANK}",
+            view["failed_ranks"],
+            rank=rank,
         )
-        assert view["one_ok"] and view["multi_ok"], s.clause(
-            "FALLBACK-9", "the agreed collective path delivers the data", rank
+        s.check(
+            "FALLBACK-9",
+            _names_rank(view["warnings"], FAILING_RANK),
+            f"a warning names the failing rank {FAILING_RANK} (a word of its own, not a "
+            "digit of a path or of a number)",
+            view["warnings"],
+            rank=rank,
         )
 
 
 @pytest.mark.clause("FALLBACK-10")
 def test_teardown_resets_both_sides(observed):
+    for rank, view in _both(observed, "uds"):
+        down = view["after_teardown"]
+        s.check(
+            "FALLBACK-10",
+            not down["initialized"] and down["socket"] in (None, "missing"),
+            "teardown resets the broadcaster (not initialized, rank 0's socket gone)",
+            down,
+            rank=rank,
+        )
     for rank, view in _both(observed, "uds_after_teardown"):
-        assert view["decision"] == "uds" and view["one_ok"] and view["multi_ok"], s.clause(
-            "FALLBACK-10", f"rank {rank}: a bootstrap after teardown starts clean", view["decision"]
+        s.check(
+            "FALLBACK-10",
+            view["initialized"] and view["one"]["ok"] and view["multi"]["ok"],
+            "a bootstrap after teardown starts clean: UDS comes up again and delivers",
+            f"decision {view['decision']}, raised {view['raised']}, is_initialized() "
+            f"{view['initialized']}, data {view['one']['ok']}/{view['multi']['ok']}",
+            rank=rank,
         )
 
 
 @pytest.mark.clause("FALLBACK-11")
 def test_data_correct_on_both_paths_and_cross_node(observed):
-    for phase in ("uds", "cross_node", "uds_after_teardown"):
+    for phase in ("uds", "wide", "cross_node", "uds_after_teardown", "consensus"):
         for rank, view in _both(observed, phase):
-            assert view["one_ok"] and view["multi_ok"], s.clause(
-                "FALLBACK-11", f"rank {rank} ({phase}) receives the root's bytes", phase
-            )
+            for name in ("one", "multi"):
+                call = view[name]
+                s.check(
+                    "FALLBACK-11",
+                    call["ok"] and call["error"] is None,
+                    f"{phase} ({view['layout']}, {name} buffer(s)): every rank receives the "
+                    "root's bytes",
+                    f"data arrived: {call['ok']}, error: {call['error']}",
+                    rank=rank,
+                )
+
+
+def _calls_of(view):
+    for name in ("one", "multi", "empty"):
+        if name in view:
+            yield name, view[name]
+    for name in ("root", "mode", "device"):
+        if name in view:
+            yield name, view[name]
+            yield f"{name} (next call)", view[name]["tail"]
+
+
+@pytest.mark.clause("FALLBACK-12")
+def test_the_dispatch_layer_reports_paths_and_syncs_truly(observed):
+    for phase in UDS_PHASES + COLLECTIVE_PHASES:
+        for rank, view in _both(observed, phase):
+            for name, call in _calls_of(view):
+                engine = _kinds(call["engine"])
+                claimed = _kinds(call["claimed"])
+                if "ok" in call:  # a data call: it took one path or the other
+                    if call["error"] is None:
+                        s.check(
+                            "FALLBACK-12",
+                            call["path"] == ("collective" if engine else "uds"),
+                            f"{phase} ({name}): broadcast_cpu reports the path it took",
+                            f"reported {call['path']}; {_engine_seen(call)}",
+                            rank=rank,
+                        )
+                    truth = engine or (["uds"] if _took_uds(call) else [])
+                elif isinstance(claimed, list):
+                    # nothing to deliver: a zero-byte UDS call would leave no trace to check
+                    claimed, truth = [k for k in claimed if k != "uds"], engine
+                else:
+                    truth = engine
+                s.check(
+                    "FALLBACK-12",
+                    claimed == truth,
+                    f"{phase} ({name}): calls() records the path and every engine call "
+                    "that really ran, in order",
+                    f"calls() {call['claimed']}, but the engine saw {call['engine']}",
+                    rank=rank,
+                )
 
 
 @pytest.mark.clause("FALLBACK-13")
 def test_several_buffers_in_one_collective(observed, tpbcast_impl):
     require(tpbcast_impl, "multi_buffer")
-    for rank, view in _both(observed, "cross_node"):
-        kinds = [event[0] for event in view["multi_events"]]
-        assert kinds == ["collective", "sync_communication", "device_sync"], s.clause(
-            "FALLBACK-13", f"rank {rank}: one collective and one sync sequence for 3 buffers", kinds
+    judged = [
+        (rank, phase, view)
+        for rank, phase, view in _on_path(observed, COLLECTIVE_PHASES, uds=False)
+        if "multi" in view
+    ]
+    s.precondition("FALLBACK-13", judged, "some bootstrap left the broadcaster down")
+    for rank, phase, view in judged:
+        call = view["multi"]
+        s.check(
+            "FALLBACK-13",
+            _kinds(call["engine"]) == FALLBACK_SEQUENCE and call["group"] in (None, 1),
+            f"{phase}: one collective and one sync sequence for {len(SIZES)} buffers",
+            _engine_seen(call),
+            rank=rank,
         )
 
 
 @pytest.mark.clause("FALLBACK-14")
 def test_no_broadcaster_side_effects_when_ineligible(observed):
-    views, _ = observed
-    for rank, view in enumerate(views):
-        assert not view["cross_node_dir"], s.clause(
-            "FALLBACK-14", f"rank {rank}: no socket dir is created for a cross-node layout", rank
+    for rank, cross in _both(observed, "cross_node"):
+        s.check(
+            "FALLBACK-14",
+            not cross["dir"],
+            "no socket dir is created for a cross-node layout",
+            "the base path's directory exists",
+            rank=rank,
         )
-        assert view["cross_node"]["decision"] == "collective", s.clause(
-            "FALLBACK-14", "a too-long path is not checked when the broadcaster is unused", view
+        s.check(
+            "FALLBACK-14",
+            cross["raised"] is None and not cross["failed_ranks"],
+            "a too-long, missing base path is not checked when the broadcaster is unused",
+            f"raised {cross['raised']}, failed ranks {cross['failed_ranks']}, "
+            f"warnings {cross['warnings']}",
+            rank=rank,
+        )
+    for rank, view in _both(observed, "tp1"):
+        s.check(
+            "FALLBACK-14",
+            not view["dir"],
+            "no socket dir is created at TP=1",
+            "the base path's directory exists",
+            rank=rank,
         )
 
 
@@ -425,48 +816,50 @@ def _step(view, key, cid):
 
 @pytest.mark.clause("FALLBACK-15")
 def test_repeated_bootstrap_has_no_side_effects(observed):
+    cid = "FALLBACK-15"
     for rank, view in _both(observed, "repeat"):
-        first = _step(view, "first", "FALLBACK-15")
+        first = _step(view, "first", cid)
         s.precondition(
-            "FALLBACK-15",
+            cid,
             first["raised"] is None and first["path"] == "uds",
             f"rank {rank}: the first bootstrap brought UDS up ({first['raised']}, {first['path']})",
         )
-        s.precondition(
-            "FALLBACK-15", first["changes"], f"rank {rank}: the first bootstrap changed something"
-        )
+        s.precondition(cid, first["changes"], f"rank {rank}: the first bootstrap changed something")
         if rank == 0:
-            s.precondition(
-                "FALLBACK-15", view["first_socket"] == "socket", "rank 0 listens after bootstrap"
-            )
-        path, ok, _ = _step(view, "first_roundtrip", "FALLBACK-15")
-        s.precondition(
-            "FALLBACK-15", path == "uds" and ok, f"rank {rank}: data flows over UDS ({path}, {ok})"
-        )
+            s.precondition(cid, view["first_socket"] == "socket", "rank 0 listens after bootstrap")
+        trip = _step(view, "first_roundtrip", cid)
+        s.precondition(cid, trip["ok"], f"rank {rank}: data flows over UDS ({trip})")
         for label, how in (("again", "the same call"), ("agreeing", "agreeing explicit ranks")):
-            seen = _step(view, label, "FALLBACK-15")
-            assert seen["raised"] is None, s.clause(
-                "FALLBACK-15", f"rank {rank}: {how} again succeeds", seen["raised"]
-            )
-            assert seen["same_decision"] and seen["path"] == "uds", s.clause(
-                "FALLBACK-15",
-                f"rank {rank}: {how} again returns the standing decision",
+            seen = _step(view, label, cid)
+            s.check(cid, seen["raised"] is None, f"{how} again succeeds", seen["raised"], rank=rank)
+            s.check(
+                cid,
+                seen["same_decision"] and seen["path"] == "uds",
+                f"{how} again returns the standing decision",
                 (seen["same_decision"], seen["path"]),
+                rank=rank,
             )
-            assert seen["changes"] == {}, s.clause(
-                "FALLBACK-15",
-                f"rank {rank}: {how} again creates no process group, socket, fd or file "
-                "and resets nothing",
+            s.check(
+                cid,
+                seen["changes"] == {},
+                f"{how} again creates no process group, socket, fd or file and resets nothing",
                 seen["changes"],
+                rank=rank,
             )
-            assert seen["calls"] == [] and seen["warnings"] == [], s.clause(
-                "FALLBACK-15",
-                f"rank {rank}: {how} again communicates and warns nothing",
-                (seen["calls"], seen["warnings"]),
+            s.check(
+                cid,
+                _quiet(seen) and seen["warnings"] == [],
+                f"{how} again communicates and warns nothing",
+                f"{_engine_seen(seen)}, warnings {seen['warnings']}",
+                rank=rank,
             )
-        path, ok, _ = _step(view, "after_roundtrip", "FALLBACK-15")
-        assert path == "uds" and ok, s.clause(
-            "FALLBACK-15", f"rank {rank}: the group keeps working on UDS", (path, ok)
+        trip = _step(view, "after_roundtrip", cid)
+        s.check(
+            cid,
+            trip["ok"] and _took_uds(trip),
+            "the group keeps working on UDS",
+            f"data arrived: {trip['ok']}, {_engine_seen(trip)}",
+            rank=rank,
         )
 
 
@@ -477,32 +870,44 @@ def _warned(warnings_seen, name, *values):
 
 def _judge_explicit(rank, seen, which, given, derived, *, where):
     name = f"{which}_rank"
-    what = f"rank {rank} ({where}): explicit {name}={given} where the layout derives {derived}"
+    what = f"{where}: explicit {name}={given} where the layout derives {derived}"
     raised = seen["raised"]
     if raised is None:
-        assert _warned(seen["warnings"], name, given, derived), s.clause(
-            "FALLBACK-16", f"{what} raises, or warns naming both values", seen["warnings"]
+        s.check(
+            "FALLBACK-16",
+            _warned(seen["warnings"], name, given, derived),
+            f"{what} raises, or warns naming both values",
+            seen["warnings"],
+            rank=rank,
         )
         return
     named = name in raised[1] and seen["mentions"][given] and seen["mentions"][derived]
-    assert named, s.clause("FALLBACK-16", f"{what}: the error names {name} and both values", raised)
-    assert seen["changes"] == {}, s.clause(
-        "FALLBACK-16", f"{what}: the refused call changes nothing", seen["changes"]
+    s.check(
+        "FALLBACK-16",
+        named,
+        f"{what}: the error names {name} and both values",
+        raised,
+        rank=rank,
+    )
+    s.check(
+        "FALLBACK-16",
+        seen["changes"] == {} and _quiet(seen),
+        f"{what}: the refused call changes nothing and communicates nothing",
+        f"{seen['changes']}, {_engine_seen(seen)}",
+        rank=rank,
     )
 
 
 @pytest.mark.clause("FALLBACK-16")
 def test_explicit_ranks_are_not_silently_overwritten(observed):
     views, _ = observed
+    cid = "FALLBACK-16"
     for rank, view in enumerate(views):
         fresh, repeat = view["explicit_fresh"], view["repeat"]
         wrong_tp = len(views) - 1 - rank
-        cid = "FALLBACK-16"
         first = _step(repeat, "first", cid)
         s.precondition(
-            "FALLBACK-16",
-            first["path"] == "uds",
-            f"rank {rank}: a bootstrap stands before the check",
+            cid, first["path"] == "uds", f"rank {rank}: a bootstrap stands before the check"
         )
         for where, explicit in (
             ("before bootstrap", fresh),
@@ -510,7 +915,11 @@ def test_explicit_ranks_are_not_silently_overwritten(observed):
         ):
             _judge_explicit(rank, _step(explicit, "tp", cid), "tp", wrong_tp, rank, where=where)
             _judge_explicit(rank, _step(explicit, "dp", cid), "dp", 3, 0, where=where)
-        path, ok, _ = _step(repeat, "after_roundtrip", cid)
-        assert path == "uds" and ok, s.clause(
-            cid, f"rank {rank}: the group still works after the refused calls", (path, ok)
+        trip = _step(repeat, "after_roundtrip", cid)
+        s.check(
+            cid,
+            trip["ok"] and _took_uds(trip),
+            "the group still works on UDS after the refused calls",
+            f"data arrived: {trip['ok']}, {_engine_seen(trip)}",
+            rank=rank,
         )

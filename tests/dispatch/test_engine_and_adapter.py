@@ -87,15 +87,30 @@ def test_engine_device_names_are_checked():
     assert TorchDistributedEngine(device="CPU").backend == "gloo"
 
 
-def _adapter_rank(ctx: RankContext) -> dict[str, object]:
-    adapter = make_dispatch_adapter(
-        CpuTpBroadcaster(), rank=ctx.rank, world_size=ctx.world_size, workdir=ctx.workdir
+def _lent_engine(ctx: RankContext) -> tuple[TorchDistributedEngine, EngineRecorder, object]:
+    """A caller-owned engine (as the suite lends one) and the caller's own recorder on it."""
+    engine = TorchDistributedEngine.create(
+        ctx.rank, ctx.world_size, ctx.workdir, timeout=_stack.GROUP_TIMEOUT
     )
-    seen = {}
+    lender = EngineRecorder()
+    return engine, lender, lender.wrap(engine)
+
+
+def _adapter_rank(ctx: RankContext) -> dict[str, object]:
+    engine, lender, lent = _lent_engine(ctx)
+    adapter = make_dispatch_adapter(
+        CpuTpBroadcaster(),
+        engine=lent,  # type: ignore[arg-type]
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        workdir=ctx.workdir,
+    )
+    seen: dict[str, object] = {}
     try:
         for label, lws in (("uds", ctx.world_size), ("collective", 1)):
             decision = adapter.bootstrap(local_world_size=lws, base_path=ctx.base_path)
             adapter.clear_calls()
+            lender.clear()
             buffers = _stack.payload(ctx.rank, 11)
             path = adapter.broadcast_cpu(buffers, root=0, mode="tp")
             errors = []
@@ -110,10 +125,23 @@ def _adapter_rank(ctx: RankContext) -> dict[str, object]:
                 "adapter_path": adapter.path,
                 "ok": _stack.payload_bytes(buffers) == _stack.expected(11),
                 "calls": [c[0] for c in adapter.calls()],
+                "lender_saw": [c[0] for c in lender.events],
                 "errors": errors,
             }
+        adapter.teardown()
+        # the lent engine outlives the adapter's teardown: its group still works
+        seen["engine_open_after_teardown"] = engine.owns_group
+        adapter.bootstrap(local_world_size=1, base_path=ctx.base_path)
+        lender.clear()
+        buffers = _stack.payload(ctx.rank, 12)
+        seen["after_teardown"] = (
+            adapter.broadcast_cpu(buffers),
+            _stack.payload_bytes(buffers) == _stack.expected(12),
+            [c[0] for c in lender.events],
+        )
     finally:
         adapter.teardown()
+        engine.close()
     return seen
 
 
@@ -123,8 +151,12 @@ def test_dispatch_adapter_drives_both_paths_with_plain_types():
         assert (uds["decision"], uds["path"], uds["adapter_path"]) == ("uds",) * 3
         assert (coll["decision"], coll["path"], coll["adapter_path"]) == ("collective",) * 3
         assert uds["ok"] and coll["ok"]
-        assert uds["calls"] == ["uds"]
-        assert coll["calls"] == ["collective", "sync_communication", "device_sync"]
+        assert uds["calls"] == ["uds"] and uds["lender_saw"] == []
+        sequence = ["collective", "sync_communication", "device_sync"]
+        # the dispatcher runs the engine it was lent: the lender sees what calls() says
+        assert coll["calls"] == coll["lender_saw"] == sequence
+        assert res["engine_open_after_teardown"] is True
+        assert res["after_teardown"] == ("collective", True, sequence)
         assert uds["errors"] == coll["errors"]
         assert [kind for kind, _ in uds["errors"]] == [
             "UnsupportedRootError",
@@ -137,7 +169,12 @@ def test_dispatch_adapter_deadlines_follow_the_adapter_contract():
     """None = the default (a quarter of the group timeout; io: the group timeout),
     math.inf = no broadcast deadline, as set_deadlines does (a bare inf used to be refused)."""
     make = functools.partial(
-        make_dispatch_adapter, CpuTpBroadcaster(), rank=0, world_size=1, workdir="/nonexistent"
+        make_dispatch_adapter,
+        CpuTpBroadcaster(),
+        engine=_stack.UnusedEngine(),
+        rank=0,
+        world_size=1,
+        workdir="/nonexistent",
     )
     default = make(group_timeout=8.0).config
     assert (default.connect_timeout, default.init_timeout, default.io_timeout) == (2.0, 2.0, 8.0)
@@ -168,12 +205,17 @@ def test_derive_ranks_checks_explicit_ranks_and_never_overwrites_them():
 def _repeat_rank(ctx: RankContext) -> dict[str, object]:
     import os
 
+    engine, lender, lent = _lent_engine(ctx)
     adapter = make_dispatch_adapter(
-        CpuTpBroadcaster(), rank=ctx.rank, world_size=ctx.world_size, workdir=ctx.workdir
+        CpuTpBroadcaster(),
+        engine=lent,  # type: ignore[arg-type]
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        workdir=ctx.workdir,
     )
     out: dict[str, object] = {}
     try:
-        # refused before anything: no process group is created
+        # refused before anything: no dispatcher is built, nothing communicated
         try:
             adapter.bootstrap(local_world_size=2, base_path=ctx.base_path, dp_rank=1)
         except ConfigurationError as exc:
@@ -181,10 +223,12 @@ def _repeat_rank(ctx: RankContext) -> dict[str, object]:
         out["fresh_incarnation"] = adapter.incarnation
         first = adapter.bootstrap(local_world_size=2, base_path=ctx.base_path)
         files = sorted(os.listdir(ctx.workdir))
+        lender.clear()
         again = adapter.bootstrap(local_world_size=2, base_path=ctx.base_path)
         agreeing = adapter.bootstrap(
             local_world_size=2, base_path=ctx.base_path, tp_rank=ctx.rank, dp_rank=0
         )
+        out["quiet"] = lender.events == ()
         out["same"] = again is first and agreeing is first
         out["incarnation"] = adapter.incarnation
         out["files_same"] = sorted(os.listdir(ctx.workdir)) == files
@@ -198,6 +242,7 @@ def _repeat_rank(ctx: RankContext) -> dict[str, object]:
         out["other"] = (str(other.path), adapter.incarnation)
     finally:
         adapter.teardown()
+        engine.close()
     return out
 
 
@@ -205,7 +250,7 @@ def test_dispatch_adapter_repeated_bootstrap_and_explicit_ranks():
     for rank, res in enumerate(values(run_forked(_repeat_rank, 2))):
         assert "explicit dp_rank=1 disagrees with dp_rank=0" in str(res["fresh_error"])
         assert res["fresh_incarnation"] == 0
-        assert res["same"] and res["incarnation"] == 1 and res["files_same"]
+        assert res["same"] and res["incarnation"] == 1 and res["files_same"] and res["quiet"]
         assert f"explicit tp_rank={1 - rank} disagrees with tp_rank={rank}" in str(
             res["standing_error"]
         )
