@@ -3,8 +3,9 @@
 Kept apart so each caller stays readable: ``prctl`` through ctypes (Python has no binding),
 coverage saving before ``os._exit`` (coverage only saves from atexit, which ``os._exit``
 skips: coverage.py issue #310), the fd snapshot for leak checks, "is anything of ours
-still alive" probes that cost one syscall each, and the guard that keeps Python signal
-handlers from raising between a fork and the bookkeeping of the child's pid.
+still alive" probes that cost one syscall each, the guard that keeps Python signal
+handlers from raising between a fork and the bookkeeping of the child's pid, and the mask
+that holds signals sent to a fresh rank until its own handlers exist.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 from types import FrameType, TracebackType
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "describe_fd",
     "devnull_fd",
     "group_alive",
+    "held_signals",
     "killpg_quiet",
     "list_group_members",
     "open_fds",
@@ -59,6 +61,47 @@ def preload() -> None:
     """Do in the parent, once, what every rank would otherwise repeat after fork."""
     _prctl()
     devnull_fd()
+    _asynchronous_signals()
+
+
+# Signals raised by the faulting code itself: blocking them defers nothing (the kernel
+# kills a process that faults with them blocked), and SIGKILL/SIGSTOP cannot be blocked.
+_SYNCHRONOUS = frozenset(
+    int(s)
+    for s in (
+        signal.SIGSEGV,
+        signal.SIGBUS,
+        signal.SIGFPE,
+        signal.SIGILL,
+        signal.SIGTRAP,
+        signal.SIGSYS,
+        signal.SIGABRT,
+        signal.SIGKILL,
+        signal.SIGSTOP,
+    )
+)
+
+
+@cache
+def _asynchronous_signals() -> frozenset[int]:
+    return frozenset(int(s) for s in signal.valid_signals()) - _SYNCHRONOUS
+
+
+@contextlib.contextmanager
+def held_signals() -> Iterator[None]:
+    """Block every asynchronous signal in this thread for the ``with`` block (a fork).
+
+    A child forked inside the block is born with them blocked, so a signal sent to it
+    microseconds after fork (the runner's SIGUSR1 "dump your stack", a SIGTERM, a
+    test's SIGINT) stays pending until the rank has installed its handlers and restores
+    the parent's mask itself; it is not acted on by a disposition the rank is about to
+    replace (SIGUSR1's default action kills). The parent's mask comes back at once.
+    """
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _asynchronous_signals())
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def set_pdeathsig(sig: int) -> None:

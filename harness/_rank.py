@@ -58,6 +58,7 @@ class RankSpec:
     restore_handlers: tuple[tuple[int, object], ...]  # the parent's, undoing its deferral
     reset_signals: tuple[int, ...]
     reset_wakeup_fd: bool
+    signal_mask: tuple[int, ...]  # the parent's, restored once our handlers exist
     single_torch: bool
     close_fds: tuple[int, ...]
     check_fds: bool
@@ -139,19 +140,42 @@ def _exc_message(exc: BaseException) -> str:
 def rank_main(
     spec: RankSpec, mesh: Mesh, target: Callable[..., object], args: tuple[object, ...]
 ) -> None:
-    """Run in the child right after ``os.fork()``; never returns."""
+    """Run in the child right after ``os.fork()``; never returns.
+
+    A failure of the harness itself goes to the rank's own stderr capture, also when it
+    happens before step 4 below made fd 2 that capture: fd 2 is still the parent's then
+    (pytest's stderr), where nobody would connect it to this rank's report.
+    """
     code = EXIT_BOOTSTRAP
+    progress = _Progress()
     try:
-        code = _run(spec, mesh, target, args)
+        code = _run(spec, mesh, target, args, progress)
     except BaseException:
+        when = "after" if progress.captured else "before"
+        text = (
+            f"tpbcast harness: rank {spec.rank} (pid {os.getpid()}) failed inside the "
+            f"harness {when} its output capture started:\n{traceback.format_exc()}"
+        )
         with contextlib.suppress(BaseException):
-            os.write(2, traceback.format_exc().encode(errors="backslashreplace"))
+            os.write(
+                2 if progress.captured else spec.capture[1], text.encode(errors="backslashreplace")
+            )
     finally:
         os._exit(code)
 
 
+class _Progress:
+    """How far the bootstrap got (one flag: whether fd 2 is our capture yet)."""
+
+    captured = False
+
+
 def _run(
-    spec: RankSpec, mesh: Mesh, target: Callable[..., object], args: tuple[object, ...]
+    spec: RankSpec,
+    mesh: Mesh,
+    target: Callable[..., object],
+    args: tuple[object, ...],
+    progress: _Progress,
 ) -> int:
     # 1. Own process group (the parent does the same from its side, closing the race),
     #    so the runner can SIGKILL the rank and everything it forked with one killpg.
@@ -181,6 +205,7 @@ def _run(
     os.dup2(devnull_fd(), 0)
     os.dup2(out, 1)
     os.dup2(err, 2)
+    progress.captured = True
     os.close(out)
     os.close(err)
     sys.stdin = None
@@ -193,6 +218,9 @@ def _run(
     #    sends it to hung ranks); crashes (SIGSEGV, SIGABRT, ...) -> stack on stderr.
     faulthandler.register(_SIGUSR1, file=stk, all_threads=True, chain=False)
     faulthandler.enable(file=2, all_threads=True)
+    # 5b. Every handler is in place: let in the signals held since fork (see
+    #     _proc.held_signals). One sent right after fork is delivered now, to our handler.
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, spec.signal_mask)
     # 6. The torch fork hazard (see _forksafety); nested groups clean up after themselves.
     if spec.single_torch:
         make_rank_torch_safe()

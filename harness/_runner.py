@@ -4,7 +4,8 @@ Lifecycle of a group:
 
 1. checks (arguments, the torch fork hazard), a private short workdir, the sync mesh;
 2. ``os.fork`` x N (no multiprocessing, no spawn: a fork from a warm parent costs ~1-3 ms,
-   a spawn that imports torch ~1.4 s);
+   a spawn that imports torch ~1.4 s), each with asynchronous signals blocked: a rank
+   unblocks them once its own handlers exist, the parent right after the fork;
 3. one group deadline; the parent sleeps in ``poll`` on pidfds and wakes when a rank ends;
    with ``fail_fast`` the first failure shrinks the deadline to ``fail_fast_grace``;
 4. at the deadline: SIGUSR1 (faulthandler stack dump), SIGTERM, ``kill_grace``, SIGKILL of
@@ -32,7 +33,14 @@ from ._faults import FaultPlan
 from ._forksafety import check_fork_safety, ranks_need_single_torch
 from ._mesh import Mesh
 from ._outcome import GroupResult
-from ._proc import DeferredSignals, group_alive, killpg_quiet, list_group_members, preload
+from ._proc import (
+    DeferredSignals,
+    group_alive,
+    held_signals,
+    killpg_quiet,
+    list_group_members,
+    preload,
+)
 from ._rank import RankSpec, rank_main
 from ._reaper import Reaper
 from ._verdict import RankState, failed, judge
@@ -118,16 +126,17 @@ def _is_coverage_handler(handler: object) -> bool:
 def _fork(
     spec: RankSpec, mesh: Mesh, target: Callable[..., object], args: tuple[object, ...]
 ) -> int:
-    if sys.version_info >= (3, 12):  # pragma: no cover - 3.11 in CI
-        with warnings.catch_warnings():
-            # Python 3.12 warns about fork in a threaded process; the ranks never touch
-            # the other threads' state (see _forksafety for the one hazard that matters).
-            warnings.filterwarnings("ignore", category=DeprecationWarning)
+    with held_signals():  # the child restores spec.signal_mask once its handlers exist
+        if sys.version_info >= (3, 12):  # pragma: no cover - 3.11 in CI
+            with warnings.catch_warnings():
+                # Python 3.12 warns about fork in a threaded process; the ranks never touch
+                # the other threads' state (see _forksafety for the one hazard that matters).
+                warnings.filterwarnings("ignore", category=DeprecationWarning)
+                pid = os.fork()
+        else:
             pid = os.fork()
-    else:
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child side is measured by the rank's coverage
-        rank_main(spec, mesh, target, args)
+        if pid == 0:  # pragma: no cover - the child side is measured by the rank's coverage
+            rank_main(spec, mesh, target, args)
     # Also done by the child; whoever runs first wins the race. OSError: the child already
     # did it or is gone.
     with contextlib.suppress(OSError):
@@ -165,6 +174,7 @@ def run_ranks(
     preload()
     group_seed = _resolve_seed(seed, faults)
     reset_signals, reset_wakeup = _signals_to_reset(sigpipe)
+    signal_mask = tuple(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, ()))
     single_torch = ranks_need_single_torch()
     wd: Workdir | None = None
     mesh: Mesh | None = None
@@ -204,6 +214,7 @@ def run_ranks(
                     ),
                     reset_signals=reset_signals,
                     reset_wakeup_fd=reset_wakeup,
+                    signal_mask=signal_mask,
                     single_torch=single_torch,
                     close_fds=(
                         *mesh.not_for(r),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -131,6 +132,82 @@ def test_parent_handlers_do_not_run_in_ranks():
         assert run_ranks(target, 1, timeout=T).outcomes[0].value is True
     finally:
         signal.signal(signal.SIGUSR2, old)
+
+
+def test_a_signal_sent_right_after_fork_waits_for_the_ranks_handlers(monkeypatch):
+    """SIGUSR1 (the runner's "dump your stack") sent microseconds after fork, before the
+    rank registered its faulthandler, used to kill the rank (SIGUSR1's default action).
+    Ranks are now born with signals blocked and unblock them once their handlers exist."""
+    import faulthandler
+
+    from tpbcast.harness import _runner
+
+    sent_r, sent_w = os.pipe()
+    parent = os.getpid()
+    real_register, real_fork = faulthandler.register, _runner._fork
+
+    def register_once_the_signal_was_sent(signum, *args, **kwargs):
+        if os.getpid() != parent and signum == signal.SIGUSR1:
+            # 1. In the rank, before its SIGUSR1 handler exists: wait for the parent's kill.
+            sent = bool(select.select([sent_r], [], [], 60)[0])
+            pending = sorted(int(s) for s in signal.sigpending())
+            print(f"sent before the handler: {sent}; pending: {pending}")
+        return real_register(signum, *args, **kwargs)
+
+    def fork_then_signal(*args, **kwargs):
+        pid = real_fork(*args, **kwargs)
+        os.kill(pid, signal.SIGUSR1)  # the rank is at most a few steps into its bootstrap
+        os.write(sent_w, b"x")
+        return pid
+
+    monkeypatch.setattr(faulthandler, "register", register_once_the_signal_was_sent)
+    monkeypatch.setattr(_runner, "_fork", fork_then_signal)
+    mask_before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        o = run_ranks(returns_pid, 1, timeout=T).outcomes[0]
+    finally:
+        os.close(sent_r)
+        os.close(sent_w)
+    # 2. The race happened: the signal was sent, and was pending, before the handler existed...
+    assert f"sent before the handler: True; pending: [{int(signal.SIGUSR1)}]" in o.stdout, (
+        o.report()
+    )
+    # 3. ...yet the rank lived, and the held signal reached the handler once it existed.
+    assert o.status is Status.OK and o.value == o.pid, o.report()
+    assert o.stack_dump and "File " in o.stack_dump, o.report()
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask_before  # parent unblocked
+
+
+def test_a_rank_failing_before_its_capture_starts_reports_in_its_own_stderr(monkeypatch, capfd):
+    """A bootstrap step before the rank's output capture (here PR_SET_PDEATHSIG) fails:
+    the traceback used to go to fd 2 as inherited, the parent's stderr (pytest's), far
+    from the rank's report. It lands in the rank's own stderr capture now."""
+    from tpbcast.harness import _rank
+
+    parent = os.getpid()
+
+    def failing_pdeathsig(sig):
+        # Prove this runs before capture: fd 2 is still the parent's, not the capture file.
+        fd2 = os.readlink("/proc/self/fd/2")
+        raise OSError(f"prctl refused in pid {os.getpid()} while fd 2 was still {fd2}")
+
+    monkeypatch.setattr(_rank, "set_pdeathsig", failing_pdeathsig)
+    parents_fd2 = os.readlink("/proc/self/fd/2")
+    capfd.readouterr()
+    o = run_ranks(returns_pid, 1, timeout=T).outcomes[0]
+    parent_saw = capfd.readouterr()
+    assert os.getpid() == parent
+    # 1. The failure happened before capture (fd 2 was the parent's when it raised)...
+    assert f"while fd 2 was still {parents_fd2}" in o.stderr, o.report()
+    # 2. ...and its traceback is in the rank's report, naming the step, not in ours.
+    assert o.status is Status.EXITED and o.exit_code == 70, o.report()
+    assert "before its output capture started" in o.stderr
+    assert "failing_pdeathsig" in o.stderr and "harness itself failed" in o.note
+    assert "prctl refused" not in parent_saw.err + parent_saw.out
+
+
+def returns_pid(ctx):
+    return os.getpid()
 
 
 def process_facts(ctx):
