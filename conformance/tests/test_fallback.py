@@ -424,9 +424,14 @@ def _kinds(events):
     return [event[0] for event in events] if isinstance(events, list) else events
 
 
+def _took_collective(call):
+    """The truth of a call: the engine's collective ran, or some collective crossed the group."""
+    return COLLECTIVE in _kinds(call["engine"]) or bool(call["group"])
+
+
 def _took_uds(call):
-    """The truth of a data call: no engine call, no collective on the group, data arrived."""
-    return not call["engine"] and not call["group"] and call.get("ok") and call["error"] is None
+    """The truth of a data call: no collective anywhere, yet the data arrived."""
+    return not _took_collective(call) and bool(call.get("ok")) and call["error"] is None
 
 
 def _quiet(call):
@@ -454,9 +459,9 @@ def test_uds_path_exactly_when_initialized(observed):
                 if call is None:
                     continue
                 if view["initialized"]:
-                    holds, want = _took_uds(call), "takes the UDS path (no engine call)"
+                    holds, want = _took_uds(call), "takes the UDS path (no collective)"
                 else:
-                    holds = COLLECTIVE in _kinds(call["engine"])
+                    holds = _took_collective(call)
                     want = "takes the collective path (the engine's collective)"
                 s.check(
                     "FALLBACK-1",
@@ -654,7 +659,7 @@ def test_consensus_on_one_ranks_bootstrap_failure(observed):
             "FALLBACK-9",
             view["decision"] == "collective"
             and not view["initialized"]
-            and COLLECTIVE in _kinds(view["one"]["engine"]),
+            and _took_collective(view["one"]),
             f"every rank agrees on the collective path when rank {FAILING_RANK}'s bootstrap "
             "fails (broadcaster down, the engine's collective runs)",
             f"decision {view['decision']}, is_initialized() {view['initialized']}, "
@@ -737,12 +742,12 @@ def test_the_dispatch_layer_reports_paths_and_syncs_truly(observed):
                     if call["error"] is None:
                         s.check(
                             "FALLBACK-12",
-                            call["path"] == ("collective" if engine else "uds"),
+                            call["path"] == ("collective" if _took_collective(call) else "uds"),
                             f"{phase} ({name}): broadcast_cpu reports the path it took",
                             f"reported {call['path']}; {_engine_seen(call)}",
                             rank=rank,
                         )
-                    truth = engine or (["uds"] if _took_uds(call) else [])
+                    truth = (["uds"] if _took_uds(call) else []) + engine
                 elif isinstance(claimed, list):
                     # nothing to deliver: a zero-byte UDS call would leave no trace to check
                     claimed, truth = [k for k in claimed if k != "uds"], engine
