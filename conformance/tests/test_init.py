@@ -516,7 +516,7 @@ def _connect_once_and_watch(ctx, rank):
             sock.connect(s.sock_path(ctx.base_path))
             s.announce(sock, rank)
         except OSError as exc:
-            return f"no listener ({errno.errorcode.get(exc.errno, exc.errno)})", None
+            return f"no listener ({errno.errorcode.get(exc.errno or 0, exc.errno)})", None
         return "connected", s.read_window(sock, s.OBSERVE)
 
 

@@ -26,7 +26,7 @@ PROBE = 0x5A
 def _call_within(budget, fn, *args):
     """``fn(*args)`` in a daemon thread, waited for up to ``budget`` s: (ended, what it
     raised).  A call that has not ended is left behind (the rank ends in ``os._exit``)."""
-    out = {}
+    out: dict[str, s.Raised | None] = {}
     thread = threading.Thread(
         target=lambda: out.setdefault("raised", s.attempt(fn, *args)), daemon=True
     )
@@ -400,7 +400,7 @@ def _try_connect(path):
     except BlockingIOError:
         how = "EAGAIN (backlog full)"
     except OSError as exc:
-        how = f"{errno.errorcode.get(exc.errno, exc.errno)}: {exc.strerror}"
+        how = f"{errno.errorcode.get(exc.errno or 0, exc.errno)}: {exc.strerror}"
     else:
         sock.setblocking(True)
         return "connected", sock

@@ -20,10 +20,12 @@ FAST = True
 class ReinitIdenticalRaises(Delegating):
     def initialize(self, rank: int, world_size: int, base_path: str) -> Any:
         if self.inner.is_initialized():
+            was = self.inner.statistics()
             raise ReinitMismatchError(  # the defect: even identical values are refused
-                f"already initialized (rank={rank} world_size={world_size} "
-                f"base_path={base_path!r}); call reset() first",
-                rank=rank,
+                f"re-init mismatch: was rank={was.rank} world_size={was.world_size} "
+                f"base_path={was.base_path!r}, now rank={rank} world_size={world_size} "
+                f"base_path={base_path!r}; call reset() first",
+                rank=was.rank,
                 phase="initialize",
             )
         return self.inner.initialize(rank, world_size, base_path)
