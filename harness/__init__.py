@@ -81,6 +81,7 @@ from ._rogue import (
     root_wrong_probe,
 )
 from ._runner import SEED_ENV, run_ranks
+from ._stale import make_private_dir, sweep_stale_dirs
 from ._wire import (
     PROBE,
     RANK_STRUCT,
@@ -169,6 +170,7 @@ __all__ = [
     "listen",
     "load_implementation",
     "loose_dir",
+    "make_private_dir",
     "native_threads",
     "pack_rank",
     "parse_capabilities",
@@ -198,6 +200,7 @@ __all__ = [
     "send_all",
     "socket_path",
     "stale_socket",
+    "sweep_stale_dirs",
     "symlink_at",
     "tiny_socket_buffers",
     "unpack_rank",

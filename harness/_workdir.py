@@ -18,6 +18,10 @@ entries (they are tagged with the owner's pid), and only the process that import
 harness pools at all (forked children such as ranks or pytest-forked's per-test process
 end in ``os._exit``, which skips atexit).
 
+Both names carry their owner process (``tpb-<pid>.<start>.<scope>-XXXXXXXX``, see
+``_stale``), and the first directory a process makes under a root sweeps that root of the
+ones whose owner died without cleaning up (a SIGKILLed pytest): never a live owner's.
+
 ``TPBCAST_WORKDIR_ROOT`` puts both under one root (a test session uses it to prove that it
 left nothing behind).
 """
@@ -30,6 +34,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from functools import cache
+
+from ._stale import make_private_dir
 
 __all__ = [
     "CAPTURE_KINDS",
@@ -139,7 +145,7 @@ def _private_dir(kind: str) -> str:
     if pooled is not None:
         return pooled
     root = _work_root() if kind == "work" else _capture_root()
-    return tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=root)
+    return make_private_dir(root, WORKDIR_PREFIX)
 
 
 def _check_length(path: str) -> None:

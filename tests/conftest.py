@@ -2,7 +2,8 @@
 
 At configure time (in the xdist controller, or the only process without xdist) we
 1. point ``TPBCAST_WORKDIR_ROOT`` at a private root, inherited by xdist workers and by
-   subprocesses, so every workdir any test creates lands there;
+   subprocesses, so every workdir any test creates lands there (the root's name marks
+   this process, and making it sweeps the roots of earlier, SIGKILLed sessions);
 2. snapshot the processes of our session (sid).
 At session finish (same process, after the workers are gone) we fail the run if
 - the private root still holds anything (a workdir some group did not clean up), or
@@ -15,12 +16,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 import time
 
 import pytest
 
-from tpbcast.harness import WORKDIR_ROOT_ENV, release_workdirs
+from tpbcast.harness import WORKDIR_ROOT_ENV, make_private_dir, release_workdirs
 
 _ROOT_KEY = pytest.StashKey[str]()
 _SNAP_KEY = pytest.StashKey[set[tuple[int, int]]]()
@@ -73,7 +73,7 @@ def _is_worker(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if _is_worker(config):
         return
-    root = tempfile.mkdtemp(prefix="tpbs-", dir="/tmp")
+    root = make_private_dir("/tmp", "tpbs-")
     config.stash[_ROOT_KEY] = root
     config.stash[_OLD_ENV_KEY] = os.environ.get(WORKDIR_ROOT_ENV)
     os.environ[WORKDIR_ROOT_ENV] = root
