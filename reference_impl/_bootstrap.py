@@ -11,7 +11,8 @@ handshake read and per probe write):
   3. accept connections in any order; check each peer's uid with SO_PEERCRED;
      read the 4-byte ranks of all of them at once (one poll set, so a silent
      connection cannot delay the verdict on a bad one); refuse bad and
-     duplicate ranks; done when ranks 1..n-1 are all in;
+     duplicate ranks; at most 2*(n-1) connections may wait to announce at once
+     (more fail the bootstrap, naming them); done when ranks 1..n-1 are all in;
   4. send the probe byte 0x5a to peers 1..n-1 in ascending order.
 
 Peer k:
@@ -235,6 +236,17 @@ class _Handshakes:
     def world_size(self) -> int:
         return len(self.links.peers)
 
+    @property
+    def max_pending(self) -> int:
+        """How many accepted connections may wait to announce their rank at once.
+
+        Room for every expected peer twice over (a stale or reconnecting incarnation
+        next to each live one). Each pending connection holds an fd and a poll slot
+        until the init deadline, so without a cap a flood of silent connections (a
+        rogue, a runaway launcher) would pin rank 0 at the fd limit instead of failing.
+        """
+        return 2 * (self.world_size - 1)
+
     def run(self) -> None:
         """Until every peer is in; pending connections are closed whatever happens
         (once all ranks are in, a still-pending one is surplus and gets no probe)."""
@@ -262,10 +274,28 @@ class _Handshakes:
             self.accepted += 1
             try:
                 pid = self._check_uid(conn)
+                self._check_room(pid)
             except BaseException:
                 close_quietly(conn)
                 raise
             self.pending[conn.fileno()] = _Pending(conn, pid, self.accepted)
+
+    def _check_room(self, pid: int) -> None:
+        """Refuse the connection that would exceed :attr:`max_pending`."""
+        if len(self.pending) < self.max_pending:
+            return
+        waiting = sorted(self.pending.values(), key=lambda p: p.index)
+        raise self._error(
+            HandshakeError,
+            f"too many connections waiting to announce their rank: connection "
+            f"{self.accepted} (pid {pid}) would be pending number {len(waiting) + 1}, over "
+            f"the cap of {self.max_pending} (2*(world_size-1), world_size "
+            f"{self.world_size}); already pending: "
+            + ", ".join(
+                f"connection {p.index} (pid {p.pid}, {p.got}/{RANK_SIZE} bytes)" for p in waiting
+            ),
+            "accept",
+        )
 
     def _check_uid(self, conn: socket.socket) -> int:
         pid, uid, _gid = _peer_credentials(conn)

@@ -1,0 +1,110 @@
+"""Rank 0 holds at most 2*(world_size-1) connections that have not announced their rank.
+
+Each pending connection costs rank 0 an fd and a poll slot until the init deadline; the
+accept loop took every connection in the backlog, so a flood of silent connections (a
+rogue, a runaway launcher) grew it without bound. Now the one over the cap fails the
+bootstrap at once, naming it, the cap and the ones already waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from tpbcast.reference_impl import CpuTpBroadcaster, HandshakeError
+
+from ._forkrun import Event, fork_all, values
+from ._helpers import fast_config, list_fds, raw_connect
+
+
+def _silent_connections(
+    base_path: str, count: int, opened: Event, done: Event, *, waiters: int = 1
+):
+    """Open ``count`` connections that never announce a rank; report what rank 0 did."""
+
+    def main() -> tuple[int, int, list[bytes]]:
+        socks = [raw_connect(base_path + "_0.sock") for _ in range(count)]
+        opened.notify(waiters)  # every connect returned: each is in rank 0's accept queue
+        done.wait()
+        rests = []
+        for sock in socks:
+            try:
+                rests.append(sock.recv(1))  # closed by rank 0: EOF (or a reset)
+            except ConnectionResetError:
+                rests.append(b"")
+            sock.close()
+        return os.getpid(), len(socks), rests
+
+    return main
+
+
+def test_a_flood_of_silent_connections_fails_at_the_cap_naming_it(base_path: str) -> None:
+    world_size, cap = 3, 4  # cap = 2*(world_size-1)
+    opened, done = Event(), Event()
+
+    def root() -> tuple[BaseException, bool, bool]:
+        before = list_fds()
+        b = CpuTpBroadcaster(fast_config(init_timeout=6.0))
+        try:
+            b.initialize(0, world_size, base_path)
+        except Exception as exc:
+            err: BaseException = exc
+        else:
+            raise AssertionError("initialize succeeded with only silent connections")
+        finally:
+            done.notify()
+        return err, list_fds() == before, not os.path.exists(base_path + "_0.sock")
+
+    flood = _silent_connections(base_path, cap + 1, opened, done)
+    (err, fds_restored, socket_gone), (pid, n, rests) = values(fork_all([root, flood]))
+    # 1. The flood happened: cap + 1 connections were made and none announced a rank.
+    assert n == cap + 1 and rests == [b""] * n  # every one closed, never probed
+    # 2. The one over the cap failed initialize at once (not at the 6 s init deadline),
+    #    naming it, the cap, and every connection already waiting.
+    assert isinstance(err, HandshakeError), err
+    text = str(err)
+    assert "too many connections waiting to announce their rank" in text, text
+    assert f"connection {cap + 1} (pid {pid}) would be pending number {cap + 1}" in text
+    assert f"cap of {cap} (2*(world_size-1), world_size {world_size})" in text
+    for index in range(1, cap + 1):
+        assert f"connection {index} (pid {pid}, 0/4 bytes)" in text, text
+    assert err.rank == 0 and err.phase == "accept"
+    assert err.elapsed is not None and err.elapsed < 3.0, err.elapsed
+    assert fds_restored and socket_gone
+
+
+def test_silent_connections_up_to_the_peer_count_still_let_the_group_form(
+    base_path: str,
+) -> None:
+    """The cap leaves room: n-1 silent connections plus the n-1 real peers fit."""
+    world_size = 3
+    opened, done = Event(), Event()
+
+    def root() -> bytes:
+        b = CpuTpBroadcaster(fast_config(init_timeout=10.0))
+        try:
+            b.initialize(0, world_size, base_path)
+            data = bytearray(b"formed")
+            b.broadcast(data)
+            return bytes(data)
+        finally:
+            with contextlib.suppress(Exception):
+                b.reset()
+            done.notify()
+
+    def peer(rank: int):
+        def main() -> bytes:
+            opened.wait()  # the silent ones are pending first
+            b = CpuTpBroadcaster(fast_config(init_timeout=10.0))
+            b.initialize(rank, world_size, base_path)
+            data = bytearray(6)
+            b.broadcast(data)
+            b.reset()
+            return bytes(data)
+
+        return main
+
+    silent = _silent_connections(base_path, world_size - 1, opened, done, waiters=world_size - 1)
+    sent, (_, n, rests), got1, got2 = values(fork_all([root, silent, peer(1), peer(2)]))
+    assert n == world_size - 1 and rests == [b""] * n  # dropped once the group formed
+    assert sent == got1 == got2 == b"formed"
