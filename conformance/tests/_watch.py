@@ -198,6 +198,22 @@ def dir_filled(directory: str) -> Callable[[], str | None]:
     return changed
 
 
+def connect_unless(path: str, stop: Callable[[], bool], timeout: float) -> socket.socket | None:
+    """Connect to ``path`` like a peer retrying a rank 0 not yet listening, but give up
+    as soon as ``stop()`` (e.g. rank 0 reported its initialize failed) or after
+    ``timeout`` s: None then."""
+    deadline = time.monotonic() + timeout
+    while not stop():
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if sock.connect_ex(path) == 0:
+            return sock
+        sock.close()
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(RETRY / 5)  # retry interval of a polling connect, not a sync
+    return None
+
+
 def turn_away_peers(path: str, peers: int = 1, timeout: float = s.OBSERVE) -> int:
     """Play rank 0 after the real one failed: turn away up to ``peers`` peers.
 

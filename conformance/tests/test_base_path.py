@@ -87,17 +87,18 @@ def test_keyed_default_paths_of_concurrent_groups_differ(tpbcast_run, tpbcast_im
         key = f"127.0.0.1:{29500 + group}"
         path = bcast.make_base_path(environ=env, key=key)
         again = bcast.make_base_path(environ=env, key=key)
-        digest = None
+        digest = raised = None
         if _runnable(_watch.exchange(ctx, "paths", path), [[0, 1], [2, 3]]):
-            bcast.initialize(local, 2, path)
-            ctx.sync("both-groups-up")  # both listeners are live at the same time
-            digest = _exchange(bcast, local, ctx.seed, ("sec13", group))
+            raised = _initialize(ctx, bcast, local, path)
+            # Both listeners are live at the same time (or a rank reports its failure).
+            if all(_watch.exchange(ctx, "up", raised is None)):
+                digest = _exchange(bcast, local, ctx.seed, ("sec13", group))
             ctx.sync("exchanged")
             bcast.reset()
             ctx.sync("reset")
             if ctx.rank == 0:
                 _rmdir_quietly(os.path.dirname(path))
-        return os.getppid(), path, again, digest
+        return os.getppid(), path, again, digest, raised
 
     result = tpbcast_run(target, 4, timeout=s.GROUP_TIMEOUT)
     seen = s.ok_values(result)
@@ -105,8 +106,8 @@ def test_keyed_default_paths_of_concurrent_groups_differ(tpbcast_run, tpbcast_im
     s.precondition(
         "SEC-13", len(ppids) == 1, f"the 4 ranks are siblings of one parent, got ppids {ppids}"
     )
-    paths = [path for _, path, _, _ in seen]
-    for rank, (_, path, again, _) in enumerate(seen):
+    paths = [path for _, path, *_ in seen]
+    for rank, (_, path, again, *_) in enumerate(seen):
         s.check(
             "SEC-13",
             path == again,
@@ -126,8 +127,16 @@ def test_keyed_default_paths_of_concurrent_groups_differ(tpbcast_run, tpbcast_im
         "two groups of one parent with different keys get different paths",
         paths,
     )
-    if all(digest is not None for *_, digest in seen):
-        for rank, (*_, digest) in enumerate(seen):
+    for rank, (*_, digest, raised) in enumerate(seen):
+        if raised is not None:
+            s.check(
+                "SEC-13",
+                False,
+                "each group bootstraps on its default path while the other one runs",
+                raised,
+                rank=rank,
+            )
+        elif digest is not None:
             s.check(
                 "SEC-13",
                 digest == _want(result.seed, ("sec13", rank // 2)),
@@ -135,6 +144,15 @@ def test_keyed_default_paths_of_concurrent_groups_differ(tpbcast_run, tpbcast_im
                 digest,
                 rank=rank,
             )
+
+
+def _initialize(ctx, bcast, local, path):
+    """``initialize`` observed: what it raised, or None.  A local rank 0 that failed turns
+    its peer away (it would wait in connect, for ever without deadlines)."""
+    raised = s.attempt(bcast.initialize, local, 2, path)
+    if raised is not None and local == 0:
+        _watch.turn_away_peers(s.sock_path(path))
+    return raised
 
 
 def _publish(directory, name, value):
@@ -164,14 +182,19 @@ def _launched_group(ctx, impl, shared, launcher):
     both = [_read_when_there(shared, f"path{index}") for index in (0, 1)]
     if not agreed or None in both or both[0] == both[1]:
         return os.getppid(), path, None, False  # judged on the paths alone
-    bcast.initialize(ctx.rank, 2, path)
+    raised = _initialize(ctx, bcast, ctx.rank, path)
+    if raised is not None:
+        if ctx.rank == 0:
+            _publish(shared, f"down{launcher}", "")  # the other group stops waiting
+        return os.getppid(), path, raised, False
     overlapped = True
     if ctx.rank == 0:
         # Hold the listener until the other group's rank 0 is up too (a marker file
         # across the two nested groups; polled with a deadline).
-        open(os.path.join(shared, f"up{launcher}"), "w").close()
-        other = os.path.join(shared, f"up{1 - launcher}")
-        overlapped = s.wait_for(lambda: os.path.exists(other), s.GROUP_TIMEOUT / 2)
+        _publish(shared, f"up{launcher}", "")
+        up, down = (os.path.join(shared, f"{m}{1 - launcher}") for m in ("up", "down"))
+        s.wait_for(lambda: os.path.exists(up) or os.path.exists(down), s.GROUP_TIMEOUT / 2)
+        overlapped = os.path.exists(up)
     ctx.sync("overlap")
     digest = _exchange(bcast, ctx.rank, ctx.seed, ("sec13-ppid", launcher))
     bcast.reset()
@@ -195,7 +218,7 @@ def test_default_paths_of_groups_with_different_parents_differ(tpbcast_run, tpbc
         )
         ctx.sync("done")
         if ctx.rank == 0:
-            for name in ("up0", "up1", "path0", "path1"):
+            for name in ("up0", "up1", "down0", "down1", "path0", "path1"):
                 if os.path.exists(os.path.join(ctx.workdir, name)):
                     os.unlink(os.path.join(ctx.workdir, name))
             for outcome in inner.outcomes:
@@ -234,10 +257,19 @@ def test_default_paths_of_groups_with_different_parents_differ(tpbcast_run, tpbc
         "groups of different parents get different default paths",
         paths,
     )
+    outcomes = [[value[2] for _, value, _ in ranks] for _, ranks in launched]
+    failed = [[d for d in digests if isinstance(d, s.Raised)] for digests in outcomes]
+    for index, raised in enumerate(failed):
+        s.check(
+            "SEC-13",
+            not raised,
+            f"group {index} bootstraps on its default path while the other one runs",
+            raised,
+        )
     for index, (_, ranks) in enumerate(launched):
-        digests = [value[2] for _, value, _ in ranks]
-        if None in digests:
-            continue  # not run: the paths above were judged instead
+        digests = outcomes[index]
+        if None in digests or any(failed):
+            continue  # not run, or a group failed: judged above
         s.check(
             "SEC-13",
             all(value[3] for _, value, _ in ranks),

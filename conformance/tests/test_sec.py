@@ -205,21 +205,31 @@ def test_symlinked_socket_dir_refused(tpbcast_run, tpbcast_impl):
 def test_socket_file_is_private_before_any_accept(tpbcast_run, tpbcast_impl):
     def target(ctx):
         path = s.sock_path(ctx.base_path)
+        failed = os.path.join(ctx.workdir, ".rank0-failed")
         if ctx.rank == 0:
             os.umask(0)
             bcast = s.make(tpbcast_impl)
             raised = s.attempt(bcast.initialize, 0, 2, ctx.base_path)
             bcast.reset()
+            if raised is not None:
+                open(failed, "w").close()  # stops the peer's connect loop
+                ctx.wait("peer_done", timeout=s.OBSERVE + 1.0)
+                os.unlink(failed)
             return raised
         # A byte-level peer: it stats the file while its connection waits in the
         # backlog, i.e. before rank 0 accepted anyone, then completes the handshake.
         try:
-            with s.raw_connect(path, timeout=s.OBSERVE) as sock:
+            sock = _watch.connect_unless(path, lambda: os.path.exists(failed), s.OBSERVE)
+            if sock is None:
+                return "rank 0 never listened"
+            with sock:
                 mode = stat.S_IMODE(os.stat(path).st_mode)
                 s.announce(sock, 1)
                 s.read_exact(sock, 1, timeout=s.OBSERVE)
         except (OSError, TimeoutError) as exc:
             return f"the byte-level peer could not stat rank 0's socket: {exc!r}"
+        finally:
+            ctx.notify("peer_done")
         return mode
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from tpbcast.reference_impl import _bootstrap
+from tpbcast.reference_impl import _bootstrap, _paths
 
 from ._base import Delegating
 
@@ -22,7 +22,7 @@ def _ensure_private_dir(path: str) -> None:
     try:
         os.makedirs(path)  # the defect: mode 0777 & ~umask
     except FileExistsError:
-        _bootstrap.verify_private_dir(path)  # an existing dir is still verified
+        _paths.verify_private_dir(path)  # an existing dir is still verified
 
 
 _bootstrap.ensure_private_dir = _ensure_private_dir
