@@ -301,7 +301,8 @@ def judge(runs: Sequence[Run]) -> list[Row]:
         if doubted:
             remarks.append(f"the reference is not PASS on {', '.join(sorted(doubted))}")
         base = next((r for r in references if r.selection == run.selection), None)
-        ratio = run.wall / base.wall if base is not None and base.wall > 0 else None
+        timed = base is not None and base.wall > 0 and run.doc is not None
+        ratio = run.wall / base.wall if timed and base is not None else None
         if ratio is not None and ratio > RATIO_LIMIT:
             remarks.append(f"{ratio:.1f}x the reference's wall time (limit ~{RATIO_LIMIT:g}x)")
         rows.append(Row(run, ratio, tuple(problems), tuple(remarks)))
@@ -618,7 +619,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     if args.render_only:
         runs = [load_run(s, args.report_dir / "runs" / s.name) for s in subjects]
-        rows = judge([r for r in runs if r.wall or r.subject.problem])
+        rows = judge(runs)
     else:
         rows = run_matrix(
             subjects,
