@@ -12,6 +12,7 @@ row x clause, MUST/SHOULD/MAY marked in the header, intended cells highlighted),
     python tools/mutants.py                  # every mutant + baselines, full suite
     python tools/mutants.py --fast           # FAST mutants, each limited to its KILLS
     python tools/mutants.py --only wording   # one row (m_ prefix optional) + the reference
+    python tools/mutants.py --render-only    # rebuild the reports from runs/ (no suite run)
     nox -s mutants -- --fast                 # the same through nox
 
 Exit status 1 if a mutant survives (one of its KILLS clauses is not FAIL), a baseline or a
