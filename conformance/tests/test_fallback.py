@@ -19,9 +19,16 @@ that truth (FALLBACK-12: the dispatcher's report must not lie).
 
 Every dispatch group imports torch in each rank, so the observations are gathered by ONE
 group run per conformance run, shared by the xdist workers (fixture ``observed``), and
-each clause's test judges its part: a failure of that run is an ERROR of every FALLBACK
-test.  Whatever one rank observes of state the other ranks can change (the shared
-workdir, rank 0's socket) is observed between two ``ctx.sync`` barriers, never raced.
+each clause's test judges its part.  Each rank keeps what it observed after every
+scenario, so a run that breaks off (a rank crashed or hung) still hands the scenarios it
+finished to their clauses; only a clause whose scenario never ran is ERROR.  The riskiest
+scenario (one rank's bootstrap fails, the others wait for it) runs last.  Whatever one
+rank observes of state the other ranks can change (the shared workdir, rank 0's socket)
+is observed between two ``ctx.sync`` barriers, never raced.
+
+The suite releases a bootstrap that blocks (:func:`_run_bootstrap`): rank 0 waiting for a
+peer whose own bootstrap failed, with no init deadline, would never return and the whole
+run would end ERROR although the violation (no consensus, ever) was plain to see.
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pickle
 import re
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +48,7 @@ import pytest
 from tpbcast.conformance.plugin import require
 from tpbcast.harness import run_ranks
 
+from . import _release, _watch
 from . import _support as s
 from ._fallback_engine import COLLECTIVE, DEVICE_SYNC, SYNC_COMMUNICATION
 
@@ -49,6 +59,13 @@ SIZES = (5, 300, 1)
 FALLBACK_SEQUENCE = [COLLECTIVE, SYNC_COMMUNICATION, DEVICE_SYNC]
 # Rank 1's bootstrap fails in the consensus phase (a base path over the 107-byte limit).
 FAILING_RANK = 1
+# Rank 0's bootstrap waits for its peers at most its deadlines (connect + init); one still
+# running this long after it began has overstayed them by the suite's margin, and the
+# suite releases it (_run_bootstrap).  Well below GROUP_TIMEOUT: the ranks that already
+# sit in the bootstrap's consensus collective must not time out meanwhile.
+RELEASE_AFTER = CONNECT + INIT + s.MARGIN
+# How often the suite connects-and-closes before it joins as the missing peer instead.
+POKES = 3
 
 
 def _path(value):
@@ -173,6 +190,63 @@ def _sync(ctx, name):
     ctx.sync(name, timeout=GROUP_TIMEOUT)
 
 
+def _run_bootstrap(rig, **kwargs):
+    """``dispatcher.bootstrap(**kwargs)``: ``(decision or None, raised, released)``.
+
+    ``released`` is None if the call ended by itself, else how the suite ended it.  Rank
+    0 may wait in ``initialize`` for a peer that never comes (its bootstrap failed); a
+    conforming rank 0 gives up at its init deadline and the group agrees on the
+    fallback.  So on rank 0 a watcher (:func:`_watch.watched`) releases a bootstrap still
+    running :data:`RELEASE_AFTER` s after it began: it connects to rank 0's socket and
+    closes at once (:func:`_release.poke`: a peer that ends before announcing its rank),
+    and if rank 0 ignores that, joins as the peers it waits for
+    (:func:`_watch.join_as_peers`).  Either way ``initialize`` returns, the bootstrap
+    goes on, and the clause judges the overstay (FAIL) instead of an ERROR for a hang.
+    """
+    box = []
+
+    def call():
+        box.append(rig.dispatcher.bootstrap(**kwargs))
+
+    ctx = rig.ctx
+    if ctx.rank != 0:  # only rank 0 waits for peers
+        raised = s.attempt(call)
+        return (box[0] if box else None), raised, None
+    sock = s.sock_path(kwargs["base_path"])
+    done: list[str] = []
+    started = time.monotonic()
+
+    def overstayed():
+        late = time.monotonic() - started
+        if late < RELEASE_AFTER:
+            return None
+        return (
+            f"rank 0's bootstrap was still running {late:.1f} s after it began (its connect "
+            f"+ init deadlines: {CONNECT + INIT:g} s)"
+        )
+
+    def release():
+        if len(done) < POKES:
+            reached = _release.poke(sock)
+            how = "connected to its socket and closed at once"
+        else:
+            reached = _watch.join_as_peers(sock, range(1, ctx.world_size))
+            how = f"joined as rank(s) 1..{ctx.world_size - 1} at its socket"
+        if reached:
+            done.append(how)
+        return reached
+
+    seen = _watch.watched(call, overstayed, release, timeout=RELEASE_AFTER + s.OBSERVE)
+    released = None
+    if seen.released:
+        ended = "returned" if seen.raised is None else f"raised {seen.raised}"
+        released = (
+            f"{seen.change}; the suite released it ({'; then '.join(dict.fromkeys(done))}), "
+            f"then the bootstrap {ended} after {seen.elapsed:.2f} s"
+        )
+    return (box[0] if box else None), seen.raised, released
+
+
 def _bootstrap(rig, *, local_world_size, base_path, label, tp_size=None):
     """Bootstrap; the decision, what it warned, and the broadcaster once every rank is done.
 
@@ -180,20 +254,17 @@ def _bootstrap(rig, *, local_world_size, base_path, label, tp_size=None):
     """
     ctx = rig.ctx
     rig.clear()
-    box = []
     with _warnings_and_logs() as said:
-        raised = s.attempt(
-            lambda: box.append(
-                rig.dispatcher.bootstrap(local_world_size=local_world_size, base_path=base_path)
-            )
+        decision, raised, released = _run_bootstrap(
+            rig, local_world_size=local_world_size, base_path=base_path
         )
-    decision = box[0] if box else None
     if tp_size is None:
         tp_size = ctx.world_size
         _sync(ctx, f"{label}-booted")  # every rank's bootstrap is over before anyone looks
     return {
         "layout": f"tp_size {tp_size}, local_world_size {local_world_size}",
         "raised": raised,
+        "released": released,
         "decision": None if decision is None else _path(decision),
         "failed_ranks": tuple(getattr(decision, "failed_ranks", None) or ()),
         "warnings": said,
@@ -264,20 +335,18 @@ def _bootstrap_observed(rig, base_path, label, **kwargs):
     _sync(rig.ctx, f"{label}-before")
     before = _state(rig, base_path)
     group_before = rig.engine.group_collectives()
-    box = []
     with _warnings_and_logs() as said:
-        raised = s.attempt(
-            lambda: box.append(
-                rig.dispatcher.bootstrap(local_world_size=2, base_path=base_path, **kwargs)
-            )
+        decision, raised, released = _run_bootstrap(
+            rig, local_world_size=2, base_path=base_path, **kwargs
         )
     group = rig.group_delta(group_before)
     _sync(rig.ctx, f"{label}-after")
     changes = _changes(rig, base_path, before)
     _sync(rig.ctx, f"{label}-observed")  # nobody moves on while another rank still looks
     return {
-        "decision": box[0] if box else None,
+        "decision": decision,
         "raised": None if raised is None else (raised.type_name, raised.message),
+        "released": released,
         "mentions": {} if raised is None else {v: s.mentions(raised, v) for v in range(4)},
         "warnings": said,
         "changes": changes,
@@ -352,65 +421,112 @@ def _tp1(ctx, impl):
         close_group()
 
 
-def _target(ctx, impl):
+def _views_file(keep_dir, rank):
+    return os.path.join(keep_dir, f"views-{rank}.pickle")
+
+
+def _keep(ctx, keep_dir, results):
+    """Save what this rank observed so far: the fixture reads it if the run breaks off."""
+    path = _views_file(keep_dir, ctx.rank)
+    with open(path + ".tmp", "wb") as fh:
+        pickle.dump(results, fh)
+    os.replace(path + ".tmp", path)
+
+
+def _target(ctx, impl, keep_dir):
+    import torch.distributed  # noqa: F401 (every rank, while rank 0 runs TP=1)
+
     from ._fallback_engine import SuiteEngine, close_group, open_group
 
+    results = {}
+    # TP=1 first, on rank 0 alone (a one-rank group of its own): nothing of the pair's
+    # scenarios can keep it from being observed.  Its crash fails the run at the end.
+    tp1_crash = None
+    if ctx.rank == 0:
+        try:
+            results["tp1"] = _tp1(ctx, impl)
+            _keep(ctx, keep_dir, results)
+        except Exception as exc:
+            tp1_crash = exc
+    ctx.sync("tp1-done", timeout=2 * GROUP_TIMEOUT)
     open_group(ctx.rank, ctx.world_size, os.path.join(ctx.workdir, "suite.store"), GROUP_TIMEOUT)
     engine = SuiteEngine(timeout=GROUP_TIMEOUT)
     rig = _Rig.build(ctx, impl, engine, rank=ctx.rank, world_size=ctx.world_size)
-    results = {}
-    try:
+    missing = os.path.join(ctx.workdir, "never", "p" * 120)
+    # One rank's bootstrap fails (a base path over the 107-byte limit on that rank only).
+    bad = os.path.join(ctx.workdir, "q" * 120) if ctx.rank == FAILING_RANK else ctx.base_path + "3"
+    scenarios = {
         # FALLBACK-16 before any bootstrap (every rank passes a wrong rank: nobody waits).
-        results["explicit_fresh"] = _guarded(
+        "explicit_fresh": lambda: _guarded(
             lambda out: out.update(_explicit_ranks(rig, ctx.base_path + "f", "fresh"))
-        )
-        results["uds"] = _phase(
+        ),
+        "uds": lambda: _phase(
             rig, local_world_size=2, base_path=ctx.base_path, label="uds", checks=True
-        )
+        ),
         # local_world_size above tp_size is eligible too (not only equal).
-        results["wide"] = _phase(
+        "wide": lambda: _phase(
             rig, local_world_size=3, base_path=ctx.base_path + "w", label="wide"
-        )
-        results["uds_after_teardown"] = _phase(
+        ),
+        "uds_after_teardown": lambda: _phase(
             rig, local_world_size=2, base_path=ctx.base_path + "2", label="re"
-        )
-        missing = os.path.join(ctx.workdir, "never", "p" * 120)
-        results["cross_node"] = _phase(
+        ),
+        "cross_node": lambda: _phase(
             rig, local_world_size=1, base_path=missing, label="x", checks=True
-        )
-        # One rank's bootstrap fails (a base path over the 107-byte limit on that rank only).
-        bad = (
-            os.path.join(ctx.workdir, "q" * 120)
-            if ctx.rank == FAILING_RANK
-            else ctx.base_path + "3"
-        )
-        results["consensus"] = _phase(rig, local_world_size=2, base_path=bad, label="c")
-        results["repeat"] = _guarded(lambda out: _repeat(out, rig, ctx.base_path + "r"))
+        ),
+        "repeat": lambda: _guarded(lambda out: _repeat(out, rig, ctx.base_path + "r")),
+        # Last: the others wait for the failing rank (if rank 0 waits with no deadline,
+        # only the suite's release ends its bootstrap).
+        "consensus": lambda: _phase(rig, local_world_size=2, base_path=bad, label="c"),
+    }
+    try:
+        for name, scenario in scenarios.items():
+            results[name] = scenario()
+            _keep(ctx, keep_dir, results)
         rig.bcast.reset()
     finally:
         close_group()
-    if ctx.rank == 0:
-        results["tp1"] = _tp1(ctx, impl)
+    if tp1_crash is not None:
+        raise tp1_crash
     return results
+
+
+def _kept_views(result, keep_dir):
+    """Each rank's view: what it returned, else what it kept before the run broke off."""
+    views = []
+    for outcome in result.outcomes:
+        if isinstance(outcome.value, dict):  # the rank returned
+            views.append(outcome.value)
+            continue
+        try:
+            with open(_views_file(keep_dir, outcome.rank), "rb") as fh:
+                views.append(pickle.load(fh))
+        except (OSError, EOFError, pickle.UnpicklingError):
+            views.append({})
+    return views
 
 
 @pytest.fixture(scope="session")
 def observed(tpbcast_impl, tpbcast_settings, tpbcast_path_factory, tpbcast_run_shared_dir):
-    """Run the dispatch scenarios once per run (world size 2): rank 0's and 1's views."""
+    """Run the dispatch scenarios once per run (world size 2): ``(views, broke_off)``.
+
+    ``views``: rank 0's and 1's observations by scenario; ``broke_off``: None, or why the
+    run ended before every scenario was observed (then ``views`` holds those it kept).
+    """
     require(tpbcast_impl, "dispatch")
 
     def run():
+        keep_dir = str(tpbcast_path_factory.mktemp("fb-views-"))
         result = run_ranks(
             _target,
             2,
-            args=(tpbcast_impl,),
+            args=(tpbcast_impl, keep_dir),
             timeout=60.0,
             seed=tpbcast_settings.seed,
             workdir=str(tpbcast_path_factory.mktemp("fb-")),
             label="fallback",
         )
-        result.raise_for_failure()
-        return [o.value for o in result.outcomes], result.seed
+        broke_off = None if result.ok else f"{result.headline()} ({result.replay_hint()})"
+        return _kept_views(result, keep_dir), broke_off
 
     return s.once_per_run(tpbcast_run_shared_dir, "fallback", run, timeout=120.0)
 
@@ -418,6 +534,25 @@ def observed(tpbcast_impl, tpbcast_settings, tpbcast_path_factory, tpbcast_run_s
 def _both(observed, phase):
     views, _ = observed
     return [(rank, view[phase]) for rank, view in enumerate(views) if phase in view]
+
+
+def _all_observed(observed, cid, phases):
+    """ERROR for ``cid`` if one of ``phases`` was never observed (the run broke off first).
+
+    Called after judging what was observed, so a FAIL seen there stands.
+    """
+    views, broke_off = observed
+    lost = [
+        f"{phase} (rank {rank})"
+        for phase in phases
+        for rank, view in enumerate(views)
+        if phase not in view and (phase != "tp1" or rank == 0)
+    ]
+    s.precondition(
+        cid,
+        not lost,
+        f"scenario(s) {', '.join(lost)} never observed: the run broke off: {broke_off}",
+    )
 
 
 def _kinds(events):
@@ -471,6 +606,7 @@ def test_uds_path_exactly_when_initialized(observed):
                     f"{_engine_seen(call)}, data arrived: {call['ok']}, error: {call['error']}",
                     rank=rank,
                 )
+    _all_observed(observed, "FALLBACK-1", UDS_PHASES + COLLECTIVE_PHASES)
 
 
 @pytest.mark.clause("FALLBACK-8")
@@ -484,7 +620,9 @@ def test_bootstrap_only_when_tp_fits_the_node(observed):
                 view["initialized"] == eligible,
                 f"{phase}: the bootstrap at {view['layout']} {want}",
                 f"is_initialized() {view['initialized']} after bootstrap "
-                f"(decision {view['decision']}, raised {view['raised']})",
+                f"(decision {view['decision']}, raised {view['raised']}"
+                + (f"; {view['released']}" if view.get("released") else "")
+                + ")",
                 rank=rank,
             )
             if rank == 0 and phase != "tp1":
@@ -496,6 +634,7 @@ def test_bootstrap_only_when_tp_fits_the_node(observed):
                     f"{view['socket']} at the socket path",
                     rank=rank,
                 )
+    _all_observed(observed, "FALLBACK-8", UDS_PHASES + INELIGIBLE_PHASES)
 
 
 def _on_path(observed, phases, *, uds):
@@ -514,7 +653,6 @@ def _on_path(observed, phases, *, uds):
 def test_collective_then_sync_then_device_sync(observed):
     cid = "FALLBACK-2"
     judged = _on_path(observed, COLLECTIVE_PHASES, uds=False)
-    s.precondition(cid, judged, "some bootstrap left the broadcaster down (collective path)")
     for rank, phase, view in judged:
         call = view["one"]
         if not s.check(
@@ -533,13 +671,14 @@ def test_collective_then_sync_then_device_sync(observed):
             _engine_seen(call),
             rank=rank,
         )
+    _all_observed(observed, cid, COLLECTIVE_PHASES)
+    s.precondition(cid, judged, "some bootstrap left the broadcaster down (collective path)")
 
 
 @pytest.mark.clause("FALLBACK-3")
 def test_nothing_of_the_engine_on_the_uds_path(observed):
     cid = "FALLBACK-3"
     judged = _on_path(observed, UDS_PHASES, uds=True)
-    s.precondition(cid, judged, "some bootstrap brought the broadcaster up (UDS path)")
     for rank, phase, view in judged:
         for name in ("one", "multi"):
             call = view[name]
@@ -551,6 +690,8 @@ def test_nothing_of_the_engine_on_the_uds_path(observed):
                 _engine_seen(call),
                 rank=rank,
             )
+    _all_observed(observed, cid, UDS_PHASES)
+    s.precondition(cid, judged, "some bootstrap brought the broadcaster up (UDS path)")
 
 
 @pytest.mark.clause("FALLBACK-4")
@@ -565,6 +706,7 @@ def test_empty_list_triggers_nothing(observed):
                 f"{_engine_seen(call)}, error: {call['error']}",
                 rank=rank,
             )
+    _all_observed(observed, "FALLBACK-4", ("uds", "cross_node"))
 
 
 def _delivers(view):
@@ -581,6 +723,8 @@ def _judge_refused_on_both_paths(observed, key, cid, what):
     """``what`` raises the same error on both paths, before any communication or sync."""
     views, _ = observed
     for rank, view in enumerate(views):
+        if "uds" not in view or "cross_node" not in view:
+            continue  # never observed: _all_observed says so
         uds, coll = view["uds"][key], view["cross_node"][key]
         s.check(
             cid,
@@ -608,6 +752,7 @@ def _judge_refused_on_both_paths(observed, key, cid, what):
                 f"data arrived: {tail['ok']}, error: {tail['error']}",
                 rank=rank,
             )
+    _all_observed(observed, cid, ("uds", "cross_node"))
 
 
 @pytest.mark.clause("FALLBACK-5")
@@ -641,6 +786,7 @@ def test_cpu_tensors_only_on_the_uds_path(observed):
             f"{_engine_seen(call)}, next call's data arrived: {call['tail']['ok']}",
             rank=rank,
         )
+    _all_observed(observed, "FALLBACK-7", ("uds",))
 
 
 _DECIMAL = re.compile(r"\d*\.\d+")
@@ -655,6 +801,17 @@ def _names_rank(texts, rank):
 def test_consensus_on_one_ranks_bootstrap_failure(observed):
     views = _both(observed, "consensus")
     for rank, view in views:
+        if rank == 0:
+            s.check(
+                "FALLBACK-9",
+                view["released"] is None,
+                f"rank 0 stops waiting for rank {FAILING_RANK}, whose bootstrap failed, within "
+                f"its own deadlines (connect {CONNECT:g} s + init {INIT:g} s): the group "
+                "reaches its consensus without help",
+                "rank 0 overstayed its init deadline waiting for a peer that never came, and "
+                f"the suite released it: {view['released']}",
+                rank=rank,
+            )
         s.check(
             "FALLBACK-9",
             view["decision"] == "collective"
@@ -681,6 +838,7 @@ def test_consensus_on_one_ranks_bootstrap_failure(observed):
             view["warnings"],
             rank=rank,
         )
+    _all_observed(observed, "FALLBACK-9", ("consensus",))
 
 
 @pytest.mark.clause("FALLBACK-10")
@@ -703,11 +861,13 @@ def test_teardown_resets_both_sides(observed):
             f"{view['initialized']}, data {view['one']['ok']}/{view['multi']['ok']}",
             rank=rank,
         )
+    _all_observed(observed, "FALLBACK-10", ("uds", "uds_after_teardown"))
 
 
 @pytest.mark.clause("FALLBACK-11")
 def test_data_correct_on_both_paths_and_cross_node(observed):
-    for phase in ("uds", "wide", "cross_node", "uds_after_teardown", "consensus"):
+    phases = ("uds", "wide", "cross_node", "uds_after_teardown", "consensus")
+    for phase in phases:
         for rank, view in _both(observed, phase):
             for name in ("one", "multi"):
                 call = view[name]
@@ -719,6 +879,7 @@ def test_data_correct_on_both_paths_and_cross_node(observed):
                     f"data arrived: {call['ok']}, error: {call['error']}",
                     rank=rank,
                 )
+    _all_observed(observed, "FALLBACK-11", phases)
 
 
 def _calls_of(view):
@@ -761,6 +922,7 @@ def test_the_dispatch_layer_reports_paths_and_syncs_truly(observed):
                     f"calls() {call['claimed']}, but the engine saw {call['engine']}",
                     rank=rank,
                 )
+    _all_observed(observed, "FALLBACK-12", UDS_PHASES + COLLECTIVE_PHASES)
 
 
 @pytest.mark.clause("FALLBACK-13")
@@ -771,7 +933,6 @@ def test_several_buffers_in_one_collective(observed, tpbcast_impl):
         for rank, phase, view in _on_path(observed, COLLECTIVE_PHASES, uds=False)
         if "multi" in view
     ]
-    s.precondition("FALLBACK-13", judged, "some bootstrap left the broadcaster down")
     for rank, phase, view in judged:
         call = view["multi"]
         s.check(
@@ -781,6 +942,8 @@ def test_several_buffers_in_one_collective(observed, tpbcast_impl):
             _engine_seen(call),
             rank=rank,
         )
+    _all_observed(observed, "FALLBACK-13", COLLECTIVE_PHASES)
+    s.precondition("FALLBACK-13", judged, "some bootstrap left the broadcaster down")
 
 
 @pytest.mark.clause("FALLBACK-14")
@@ -809,6 +972,7 @@ def test_no_broadcaster_side_effects_when_ineligible(observed):
             "the base path's directory exists",
             rank=rank,
         )
+    _all_observed(observed, "FALLBACK-14", INELIGIBLE_PHASES)
 
 
 def _step(view, key, cid):
@@ -866,6 +1030,7 @@ def test_repeated_bootstrap_has_no_side_effects(observed):
             f"data arrived: {trip['ok']}, {_engine_seen(trip)}",
             rank=rank,
         )
+    _all_observed(observed, cid, ("repeat",))
 
 
 def _warned(warnings_seen, name, *values):
@@ -908,6 +1073,8 @@ def test_explicit_ranks_are_not_silently_overwritten(observed):
     views, _ = observed
     cid = "FALLBACK-16"
     for rank, view in enumerate(views):
+        if "explicit_fresh" not in view or "repeat" not in view:
+            continue  # never observed: _all_observed says so
         fresh, repeat = view["explicit_fresh"], view["repeat"]
         wrong_tp = len(views) - 1 - rank
         first = _step(repeat, "first", cid)
@@ -928,3 +1095,4 @@ def test_explicit_ranks_are_not_silently_overwritten(observed):
             f"data arrived: {trip['ok']}, {_engine_seen(trip)}",
             rank=rank,
         )
+    _all_observed(observed, cid, ("explicit_fresh", "repeat"))
