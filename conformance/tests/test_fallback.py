@@ -21,8 +21,9 @@ Every dispatch group imports torch in each rank, so the observations are gathere
 group run per conformance run, shared by the xdist workers (fixture ``observed``), and
 each clause's test judges its part.  Each rank keeps what it observed after every
 scenario, so a run that breaks off (a rank crashed or hung) still hands the scenarios it
-finished to their clauses; only a clause whose scenario never ran is ERROR.  The riskiest
-scenario (one rank's bootstrap fails, the others wait for it) runs last.  Whatever one
+finished to their clauses; only a clause whose scenario never ran is ERROR.  TP=1 (rank 0
+alone) runs first, the riskiest scenario (one rank's bootstrap fails, the others wait for
+it) last.  Whatever one
 rank observes of state the other ranks can change (the shared workdir, rank 0's socket)
 is observed between two ``ctx.sync`` barriers, never raced.
 
