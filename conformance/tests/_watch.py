@@ -6,8 +6,14 @@ failed).  A wrong one may go on and *wait*: rank 0 in ``accept`` for peers, a pe
 ``connect`` for a rank 0 that will never listen, a rank for bytes on a connection the
 other side leaked.  Without the ``deadlines`` capability that wait has no end, the
 harness stops the group and the clause comes out ERROR although the violation was plain
-to see.  The suite owns these waits instead (``_release`` does the same for the
-deadline clauses):
+to see.  The suite owns these waits instead, and so does every deadline clause: it
+waits for the call a bounded time (longer than the deadline under test plus its margin,
+:func:`notified`, :func:`unfinished`) and then releases it the way a real peer or root
+could.  Against a conforming implementation nothing here is ever needed: the call fails
+within its deadline, the rank notifies, and the watcher returns without touching anything.
+
+* :func:`poke` connects to a rank 0 waiting for peers and closes at once (it sees a
+  connection end before its rank announcement);
 
 * :func:`watched` runs a call while a thread watches what the call must not touch (a
   path, a directory); at the first change it notes what it saw and releases the call by
@@ -40,6 +46,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
+
+from tpbcast.harness import SyncError, SyncTimeoutError
 
 from . import _support as s
 
@@ -287,18 +295,37 @@ def shutdown_leaked(before: dict[int, str]) -> int:
     return count
 
 
-def waited(ctx: Any, name: str, timeout: float) -> bool:
-    """``ctx.wait(name)`` for at most ``timeout`` s; False if it did not come in time.
+def notified(ctx: Any, name: str, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for ``notify(name)``; False if it did not come.
 
-    For a rank that must release the others when the implementation does not: it waits
-    as long as the clause allows, then acts (a wait name is single-use, so decide once).
+    Also False when every other rank ended without notifying (``SyncError``): whatever
+    the watcher does next must be harmless then.
     """
-    from tpbcast.harness import SyncTimeoutError
-
     try:
         ctx.wait(name, timeout=timeout)
-    except SyncTimeoutError:
+    except (SyncTimeoutError, SyncError):
         return False
+    return True
+
+
+def unfinished(ctx: Any, names: list[str], timeout: float) -> list[str]:
+    """Those of ``names`` not notified within ``timeout`` s (one deadline for all)."""
+    end = time.monotonic() + timeout
+    return [name for name in names if not notified(ctx, name, max(0.01, end - time.monotonic()))]
+
+
+def poke(path: str) -> bool:
+    """Connect to the listener at ``path`` and close at once: wakes a rank 0 waiting
+    for peers (it sees a connection end before its rank announcement).  True if the
+    connection was made."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(1.0)
+    try:
+        sock.connect(path)
+    except OSError:
+        return False
+    finally:
+        sock.close()
     return True
 
 

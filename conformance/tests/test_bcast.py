@@ -543,7 +543,7 @@ def test_root_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
             probe = s.read_exact(sock, 1, timeout=s.OBSERVE)
             # The fault: stop reading until the root's broadcast has failed.  A root that
             # ignores its io deadline is released by reading the whole payload.
-            if not _watch.waited(ctx, "first_done", io + s.MARGIN):
+            if not _watch.notified(ctx, "first_done", io + s.MARGIN):
                 with contextlib.suppress(OSError, TimeoutError):
                     s.read_exact(sock, size, timeout=s.OBSERVE)
             queued = _drain(sock)
@@ -619,7 +619,7 @@ def test_peer_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
                 _send(conn, b"\x5a" + data[:100])
                 # The fault: pause mid-payload until the peer's broadcast has failed; a
                 # peer that ignores its io deadline is released by the rest of it.
-                _watch.waited(ctx, "first_done", io + s.MARGIN)
+                _watch.notified(ctx, "first_done", io + s.MARGIN)
                 open_after = _send(conn, data[100:] + following)
                 ctx.notify("resent")
                 ctx.wait("second_done", timeout=s.OBSERVE)

@@ -49,8 +49,8 @@ import pytest
 from tpbcast.conformance.plugin import require
 from tpbcast.harness import run_ranks
 
-from . import _release, _watch
 from . import _support as s
+from . import _watch
 from ._fallback_engine import COLLECTIVE, DEVICE_SYNC, SYNC_COMMUNICATION
 
 GROUP_TIMEOUT = 10.0
@@ -199,7 +199,7 @@ def _run_bootstrap(rig, **kwargs):
     conforming rank 0 gives up at its init deadline and the group agrees on the
     fallback.  So on rank 0 a watcher (:func:`_watch.watched`) releases a bootstrap still
     running :data:`RELEASE_AFTER` s after it began: it connects to rank 0's socket and
-    closes at once (:func:`_release.poke`: a peer that ends before announcing its rank),
+    closes at once (:func:`_watch.poke`: a peer that ends before announcing its rank),
     and if rank 0 ignores that, joins as the peers it waits for
     (:func:`_watch.join_as_peers`).  Either way ``initialize`` returns, the bootstrap
     goes on, and the clause judges the overstay (FAIL) instead of an ERROR for a hang.
@@ -228,7 +228,7 @@ def _run_bootstrap(rig, **kwargs):
 
     def release():
         if len(done) < POKES:
-            reached = _release.poke(sock)
+            reached = _watch.poke(sock)
             how = "connected to its socket and closed at once"
         else:
             reached = _watch.join_as_peers(sock, range(1, ctx.world_size))

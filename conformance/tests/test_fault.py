@@ -18,8 +18,8 @@ import pytest
 from tpbcast.conformance.plugin import require
 from tpbcast.harness import Exit, FaultPlan, Kill, Pause
 
-from . import _release
 from . import _support as s
+from . import _watch
 from ._support import rogue_peer, rogue_root
 
 
@@ -378,10 +378,10 @@ def test_failures_raise_and_never_end_the_process(tpbcast_run, tpbcast_impl):
 
     def target(ctx):
         if ctx.rank == 1:
-            if not _release.notified(ctx, "connecting", 10):
+            if not _watch.notified(ctx, "connecting", 10):
                 return False
-            if _release.unfinished(ctx, ["connect_done"], release_after):
-                return _release.stand_in_root(s.sock_path(ctx.base_path))
+            if _watch.unfinished(ctx, ["connect_done"], release_after):
+                return _watch.turn_away_peers(s.sock_path(ctx.base_path), 1, timeout=2.0) > 0
             return False
         bcast = s.short(tpbcast_impl, connect=s.SHORT, init=s.SHORT)
         raised = [
@@ -417,8 +417,8 @@ def test_peer_dying_during_bootstrap_fails_rank0_promptly(tpbcast_run, tpbcast_i
         if ctx.rank == 1:
             return rogue_peer("send_raw", data=struct.pack("=i", 1), then="close")(ctx)
         if ctx.rank == 2:
-            late = _release.unfinished(ctx, ["root_done"], bound + 0.5)
-            return bool(late) and _release.poke(s.sock_path(ctx.base_path))
+            late = _watch.unfinished(ctx, ["root_done"], bound + 0.5)
+            return bool(late) and _watch.poke(s.sock_path(ctx.base_path))
         bcast = s.make(tpbcast_impl, init=6.0)
         raised = s.attempt(bcast.initialize, 0, 3, ctx.base_path)
         ctx.notify("root_done")
@@ -468,7 +468,7 @@ def test_one_failed_peer_does_not_leave_the_others_hanging(
         ctx.point("after_init")
         if ctx.rank == 0:
             raised = s.attempt(bcast.broadcast, bytearray(4 * s.MiB))
-            before_reset = _release.notified(ctx, "peer2_done", _F8_WAIT)
+            before_reset = _watch.notified(ctx, "peer2_done", _F8_WAIT)
             bcast.reset()
             return raised, before_reset
         raised, took = s.timed(bcast.broadcast, bytearray(4 * s.MiB))

@@ -27,8 +27,8 @@ import pytest
 
 from tpbcast.conformance.plugin import require
 
-from . import _release
 from . import _support as s
+from . import _watch
 from ._support import rogue_peer, rogue_root
 
 _CHECK_SIZES = [33]
@@ -180,7 +180,7 @@ def test_bad_arguments_rejected_before_any_socket(tpbcast_run, tpbcast_impl, ran
             if listener is not None and _has_pending_connection(listener):
                 _read_then_close(listener)
             elif listener is None and s.kind_of(address) == "socket":
-                _release.poke(address)
+                _watch.poke(address)
             call.wait(s.MARGIN)
         if listener is not None:
             listener.close()

@@ -171,7 +171,7 @@ def test_peer_sees_root_reset_as_closed(tpbcast_run, tpbcast_impl):
             bcast.reset()
             # A reset that leaves the link open would leave the peer waiting (for ever
             # without an io deadline): release it once PROMPT has passed.
-            if _watch.waited(ctx, "peer_done", PROMPT + 1.0):
+            if _watch.notified(ctx, "peer_done", PROMPT + 1.0):
                 return 0
             return _watch.shutdown_leaked(before)
         ctx.notify("peer_waiting")
@@ -216,7 +216,7 @@ def test_root_sees_peer_reset_as_closed(tpbcast_run, tpbcast_impl):
             ctx.notify("peer_reset")
             # A reset that leaves the link open would leave the root blocked writing
             # (for ever without an io deadline): release it once PROMPT has passed.
-            if _watch.waited(ctx, "root_done", PROMPT + 1.0):
+            if _watch.notified(ctx, "root_done", PROMPT + 1.0):
                 return 0
             return _watch.shutdown_leaked(before)
         ctx.wait("peer_reset", timeout=10)

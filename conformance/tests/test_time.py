@@ -7,7 +7,7 @@ the difference.  One window alone admits an implementation that ignores the sett
 uses a constant of its own (3 s passes [0.4 s, 3.5 s]); two settings do not, whatever the
 constant.  A wait that an implementation with no such deadline would never leave is
 released by the suite itself after the bound it judges (a rogue's observation window
-ends, a watcher connects or stands in for rank 0: ``_release``), so the clause ends FAIL,
+ends, a watcher connects or stands in for rank 0: ``_watch``), so the clause ends FAIL,
 promptly, instead of ERROR at the group deadline.
 """
 
@@ -25,8 +25,8 @@ import pytest
 
 from tpbcast.conformance.plugin import Unsupported, require
 
-from . import _release
 from . import _support as s
+from . import _watch
 from ._support import rogue_peer, rogue_root
 
 # Two settings of one deadline, judged side by side: far enough apart that the time to
@@ -128,8 +128,8 @@ def test_peer_that_never_arrives(tpbcast_run, tpbcast_impl):
         if ctx.rank == 1:
             # Not a peer: the suite's watcher.  A rank 0 with no accept deadline is
             # released by a connection that closes at once, after the bound judged.
-            late = _release.unfinished(ctx, ["root_done"], release_after)
-            return bool(late) and _release.poke(path)
+            late = _watch.unfinished(ctx, ["root_done"], release_after)
+            return bool(late) and _watch.poke(path)
         before = s.fd_table()
         bcast = s.short(tpbcast_impl, init=s.SHORT)
         raised = s.attempt(bcast.initialize, 0, 3, ctx.base_path)
@@ -218,9 +218,9 @@ def test_root_that_never_listens(tpbcast_run, tpbcast_impl, at_path):
 
     def target(ctx):
         if ctx.rank == 2:
-            late = _release.unfinished(ctx, ["g0.done", "g1.done"], release_after)
+            late = _watch.unfinished(ctx, ["g0.done", "g1.done"], release_after)
             paths = [s.sock_path(f"{ctx.base_path}{name[1]}") for name in late]
-            return [path for path in paths if _release.stand_in_root(path)]
+            return [path for path in paths if _watch.turn_away_peers(path, 1, timeout=2.0) > 0]
         sub = _Pair(ctx, 1)
         path = s.sock_path(sub.base_path)
         if at_path == "stale socket":
@@ -394,7 +394,7 @@ def test_deadlines_set_before_initialize_and_io_can_be_disabled(tpbcast_run, tpb
         if sub.rank == 0:
             # Nothing is sent: the peer must time out.  Waiting for it is bounded here,
             # so a peer with no deadline is released by this reset (EOF), late.
-            _release.notified(sub, "peer_reset", sub.deadline + s.MARGIN + 1)
+            _watch.notified(sub, "peer_reset", sub.deadline + s.MARGIN + 1)
             bcast.reset()
             if not forever:
                 return None
@@ -622,8 +622,8 @@ def test_signals_do_not_extend_the_deadline(tpbcast_run, tpbcast_impl):
     def target(ctx):
         if ctx.rank == 1:
             # Not a peer: the suite's watcher, releasing a rank 0 whose wait has no end.
-            late = _release.unfinished(ctx, ["root_done"], release_after)
-            return bool(late) and _release.poke(s.sock_path(ctx.base_path))
+            late = _watch.unfinished(ctx, ["root_done"], release_after)
+            return bool(late) and _watch.poke(s.sock_path(ctx.base_path))
         signal.signal(signal.SIGUSR1, lambda *_: None)
         main = threading.main_thread().ident or 0
         stop = threading.Event()
@@ -683,7 +683,7 @@ def _full_backlog_root(ctx, release_after):
             fillers.append(sock)
         ctx.record("fault", action=f"never accepts; {len(fillers)} connection(s) fill the backlog")
         ctx.notify("backlog_full")
-        released = not _release.notified(ctx, "peer_done", release_after)
+        released = not _watch.notified(ctx, "peer_done", release_after)
     finally:
         srv.close()
         for sock in fillers:
