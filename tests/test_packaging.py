@@ -87,3 +87,83 @@ def test_wheel_install_imports_every_layer(wheel: Path, tmp_path: Path) -> None:
         timeout=120,
         cwd=tmp_path,
     )
+
+
+def test_wheel_metadata_requires_pytest_and_keeps_torch_an_extra(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        (metadata,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = [
+            line.split(":", 1)[1].strip()
+            for line in zf.read(metadata).decode().splitlines()
+            if line.startswith("Requires-Dist:")
+        ]
+    assert any(r.startswith("pytest") and "extra ==" not in r for r in requires), requires
+    torch = [r for r in requires if r.startswith("torch")]
+    assert torch and all("extra == 'torch'" in r or 'extra == "torch"' in r for r in torch)
+
+
+ONE_TEST = """
+def test_two_ranks(tpbcast_run):
+    result = tpbcast_run(lambda ctx: ctx.rank * 10, 2)
+    assert [o.value for o in result.outcomes] == [0, 10]
+"""
+
+
+def test_wheel_in_a_bare_venv_runs_the_suite_cli_and_the_plugin(
+    wheel: Path, tmp_path: Path
+) -> None:
+    """What a user gets from ``pip install tpbcast`` (no extras) in a clean venv.
+
+    Issue 11: ``python -m tpbcast.conformance --list`` died there with
+    ``ModuleNotFoundError: No module named 'pytest'``.  The wheel's own dependencies come
+    from the configured package index (pytest and its few pure-Python dependencies, about
+    10 s); torch must not come along.
+    """
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "-q", str(wheel)],
+        timeout=300,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    work = tmp_path / "work"
+    work.mkdir()
+    # -I and a cwd outside the checkout: only the venv's site-packages can answer.
+    probe = "import importlib.util as u; print(u.find_spec('torch') is None)"
+    bare = subprocess.run(
+        [python, "-I", "-c", probe],
+        check=False,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bare.stdout.strip() == "True", "torch must stay an extra: " + bare.stderr
+
+    listing = subprocess.run(
+        [python, "-I", "-m", "tpbcast.conformance", "--list"],
+        cwd=work,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listing.returncode == 0, listing.stderr
+    assert any(line.startswith("WIRE-1 ") for line in listing.stdout.splitlines())
+
+    (work / "pytest.ini").write_text("[pytest]\n")  # the run's rootdir: not the checkout
+    (work / "test_one.py").write_text(ONE_TEST)
+    run = subprocess.run(
+        [python, "-I", "-m", "pytest", "-p", "no:cacheprovider", "test_one.py"],
+        cwd=work,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout, run.stdout
