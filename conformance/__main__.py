@@ -8,10 +8,12 @@ conformance plugin, so it works the same from a checkout and from a wheel::
     python -m tpbcast.conformance --list                           # print the clauses
     python -m tpbcast.conformance WIRE INIT-3                      # clauses by prefix
     python -m tpbcast.conformance -n 0 -- -x -vv                   # serial; pytest options
+    python -m tpbcast.conformance --expectations known.toml        # CI: only news fails
 
 Reports (JSON, markdown, HTML, JUnit XML) go to ``--report-dir`` (default
 ``reports/conformance``).  The exit status is non-zero iff a MUST clause fails (or the
-run itself could not judge: a usage error, an interrupted run, a clause without a test).
+run itself could not judge: a usage error, an interrupted run, a clause without a test);
+with ``--expectations FILE``, iff a result is unexpected (``_expectations``).
 """
 
 from __future__ import annotations
@@ -69,6 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tpbcast-seed", metavar="INT", help="session seed (replay a run)")
     parser.add_argument(
+        "--expectations",
+        "--tpbcast-expectations",
+        dest="tpbcast_expectations",
+        metavar="TOML",
+        help="clauses known to FAIL or be UNSUPPORTED, each with a reason; the exit status "
+        "is then non-zero only on an unexpected result (a regression or a stale expectation)",
+    )
+    parser.add_argument(
         "-n",
         "--numprocesses",
         dest="numprocesses",
@@ -122,6 +132,10 @@ def build_pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[st
         value = getattr(args, option)
         if value is not None:
             argv.append(f"--{option.replace('_', '-')}={value}")
+    if args.tpbcast_expectations is not None:
+        # Absolute: pytest resolves a relative path against its invocation dir, which is ours
+        # today; an absolute path does not depend on that.
+        argv.append(f"--tpbcast-expectations={Path(args.tpbcast_expectations).resolve()}")
     workers = args.numprocesses
     if workers is None:
         workers = "auto" if _have_xdist() else "0"

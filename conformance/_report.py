@@ -176,6 +176,23 @@ def _badge(verdict: Verdict, title: str = "") -> str:
     return f'<span class="badge v-{verdict.value.lower()}"{tip}>{label}</span>'
 
 
+def _shown_verdict(result: ClauseResult | None) -> str:
+    """``FAIL``, or ``FAIL (expected: reason)`` when an expectations file announced it."""
+    return result.shown_verdict if result is not None else Verdict.NOT_TESTED.value
+
+
+def _expectation_html(result: ClauseResult | None) -> str:
+    """The note under a verdict badge saying whether an expectations file announced it."""
+    if result is None or result.expected is None or result.verdict is Verdict.NOT_TESTED:
+        return ""
+    if result.is_expected:
+        return f'<small class="expect">expected: {_esc(result.expected_reason)}</small>'
+    return (
+        f'<small class="expect unexpected">unexpected; expected {result.expected.value}: '
+        f"{_esc(result.expected_reason)}</small>"
+    )
+
+
 def _message_html(text: str) -> str:
     if not text:
         return ""
@@ -201,7 +218,8 @@ def _run_columns(run: int, label: str, *, compact: bool) -> list[Column]:
 
     def verdict_html(row: ReportRow) -> str:
         r = result(row)
-        return _badge(row.verdict(run), r.message if (r is not None and compact) else "")
+        badge = _badge(row.verdict(run), r.message if (r is not None and compact) else "")
+        return badge + _expectation_html(r)
 
     prefix = f"{label}: " if compact else ""
     columns = [
@@ -209,7 +227,7 @@ def _run_columns(run: int, label: str, *, compact: bool) -> list[Column]:
             f"verdict.{run}",
             f"{prefix}Verdict",
             verdict_html,
-            lambda row: row.verdict(run).value,
+            lambda row: _md_cell(_shown_verdict(result(row))),
             "verdict",
         ),
         Column(
@@ -282,12 +300,29 @@ def _headline(suite: SuiteResult) -> str:
     fails = suite.must_failures
     if suite.unknown_clause_ids:
         return f"FAIL: tests cite unknown clause ids {', '.join(suite.unknown_clause_ids)}"
+    if suite.expectations:
+        news, known = len(suite.unexpected), len(suite.expected_results)
+        if news:
+            return (
+                f"FAIL: {news} unexpected result(s) against the expectations ({known} as expected)"
+            )
+        return f"PASS: no unexpected results against the expectations ({known} as expected)"
     if fails:
         return f"FAIL: {len(fails)} MUST clause(s) not shown to hold"
     unjudged = len(suite.must_not_judged)
     if unjudged:
         return f"PASS for the judged MUST clauses only ({unjudged} MUST clause(s) not judged)"
     return "PASS: every MUST clause was judged and holds"
+
+
+def _expectations_md(suite: SuiteResult) -> list[str]:
+    if not suite.expectations:
+        return []
+    unexpected = ", ".join(r.clause.id for r in suite.unexpected) or "none"
+    return [
+        f"- Expectations: `{suite.expectations}`; {len(suite.expected_results)} as expected; "
+        f"unexpected: {unexpected}"
+    ]
 
 
 def _md_table(columns: Sequence[Column], rows: Sequence[ReportRow]) -> list[str]:
@@ -318,6 +353,7 @@ def render_report_markdown(
             f"- Judged: {suite.judgement_summary()}",
             f"- Implementation: `{impl.spec or impl.name}`, version {impl.version or 'unknown'}",
             f"- Capabilities: {', '.join(sorted(impl.capabilities)) or 'none declared'}",
+            *_expectations_md(suite),
             f"- Spec: {suite.spec_label}; started {suite.started.isoformat(timespec='seconds')}; "
             f"duration {suite.duration:.1f} s; seed {_seed(suite)}",
             "",
@@ -401,6 +437,9 @@ pre { white-space: pre-wrap; word-break: break-word; margin: 4px 0 0; font-size:
 .v-unsupported { background: #eaeef2; color: #424a53; border-color: #afb8c1; }
 .v-not_tested { background: #fff; color: #6e7781; border: 1px dashed #afb8c1; }
 ul.checks .badge { min-width: 0; font-size: 11px; }
+small.expect { display: block; max-width: 220px; white-space: normal; color: var(--muted);
+  font-size: 11px; margin-top: 2px; }
+small.expect.unexpected { color: #a40e26; font-weight: 600; }
 table.counts .badge { min-width: 0; }
 .lvl { display: inline-block; font-size: 11px; font-weight: 700; padding: 0 6px;
   border-radius: 4px; }
@@ -428,6 +467,10 @@ def _run_card(suite: SuiteResult) -> str:
         ("Seed", _seed(suite)),
         ("Exit status", str(exit_status(suite))),
     ]
+    if suite.expectations:
+        unexpected = ", ".join(r.clause.id for r in suite.unexpected) or "none"
+        meta.append(("Expectations", suite.expectations))
+        meta.append(("Unexpected", unexpected))
     dl = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in meta)
     head = "".join(f"<th>{_badge(v)}</th>" for v in Verdict)
     body = "".join(

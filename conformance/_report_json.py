@@ -47,6 +47,27 @@ def _check_json(check: CheckResult) -> dict[str, Any]:
     }
 
 
+def _expected_json(result: ClauseResult) -> dict[str, Any] | None:
+    """The clause's expectation and how the run met it, or None without one."""
+    if result.expected is None:
+        return None
+    outcome = (
+        "expected"
+        if result.is_expected
+        else "regression"
+        if result.is_regression
+        else "stale"
+        if result.is_stale_expectation
+        else "not judged"
+    )
+    return {
+        "verdict": result.expected.value,
+        "reason": result.expected_reason,
+        "outcome": outcome,
+        "shown": result.shown_verdict,
+    }
+
+
 def _suite_json(suite: SuiteResult) -> dict[str, Any]:
     impl = suite.implementation
     impl_json = {"name": impl.name, "version": impl.version, "spec": impl.spec}
@@ -71,6 +92,8 @@ def _suite_json(suite: SuiteResult) -> dict[str, Any]:
                 cap: list(ids) for cap, ids in suite.unlocking_capabilities().items()
             },
             "judged": suite.judgement_summary(),
+            "expectations": suite.expectations or None,
+            "unexpected": [r.clause.id for r in suite.unexpected] if suite.expectations else [],
         },
         "unknown_clause_ids": list(suite.unknown_clause_ids),
         "clauses": [
@@ -80,6 +103,7 @@ def _suite_json(suite: SuiteResult) -> dict[str, Any]:
                 "level": r.clause.level,
                 "title": r.clause.title,
                 "verdict": r.verdict.value,
+                "expected": _expected_json(r),
                 "duration": round(r.duration, 6),
                 "failing_rank": r.failing_rank,
                 "message": r.message,
@@ -139,6 +163,8 @@ def suite_from_json(doc: Mapping[str, Any], spec: Spec | None = None) -> SuiteRe
             clause=spec[c["id"]],
             verdict=Verdict(c["verdict"]),
             checks=tuple(by_clause.get(c["id"], ())),
+            expected=Verdict(c["expected"]["verdict"]) if c.get("expected") else None,
+            expected_reason=c["expected"]["reason"] if c.get("expected") else "",
         )
         for c in doc["clauses"]
         if c["id"] in spec
@@ -157,4 +183,5 @@ def suite_from_json(doc: Mapping[str, Any], spec: Spec | None = None) -> SuiteRe
         duration=float(doc["duration"]),
         seed=doc.get("seed"),
         unknown_clause_ids=tuple(doc.get("unknown_clause_ids", ())),
+        expectations=doc.get("summary", {}).get("expectations") or "",
     )

@@ -10,7 +10,8 @@ Aggregation per clause (also stated in SPEC.md, "Verdicts"): any FAIL -> FAIL; e
 -> ERROR; else all UNSUPPORTED -> UNSUPPORTED; no checks -> NOT_TESTED; else PASS.  A check
 whose own verdict is NOT_TESTED (deselected, not run) counts as absent.
 
-Exit status: 1 iff a MUST clause is FAIL *or ERROR*, or a check cites an unknown clause id.
+Exit status: 1 iff a MUST clause is FAIL *or ERROR*, or a check cites an unknown clause id
+(against an expectations file: iff a result is unexpected, see :func:`exit_status`).
 An ERROR means the suite could not judge the clause; a green exit would then claim a MUST
 clause holds when nobody checked it, so a MUST ERROR fails the run too.  SHOULD and MAY
 results never change the exit status; NOT_TESTED does not either (a prefix selection
@@ -90,11 +91,56 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class ClauseResult:
-    """One clause's verdict aggregated over the checks that cite it."""
+    """One clause's verdict aggregated over the checks that cite it.
+
+    ``expected`` and ``expected_reason`` come from an expectations file
+    (``_expectations``): the verdict the implementation is known to get (FAIL or
+    UNSUPPORTED) and why.  ``verdict`` stays what was observed; the expectation only
+    decides whether it is news (:attr:`is_unexpected`).
+    """
 
     clause: Clause
     verdict: Verdict
     checks: tuple[CheckResult, ...] = ()
+    expected: Verdict | None = None
+    expected_reason: str = ""
+
+    @property
+    def is_expected(self) -> bool:
+        """The verdict is the one the expectations file announced."""
+        return self.expected is not None and self.verdict is self.expected
+
+    @property
+    def is_regression(self) -> bool:
+        """FAIL or ERROR that no expectation announced (an ERROR is never expected)."""
+        return self.verdict.is_failure and not self.is_expected
+
+    @property
+    def is_stale_expectation(self) -> bool:
+        """An expectation the run contradicts without failing (e.g. PASS where FAIL was
+        expected): like ``xfail_strict``, the file must be updated.  A clause the run did
+        not judge (NOT_TESTED, e.g. deselected) contradicts nothing."""
+        if self.expected is None or self.verdict in (self.expected, Verdict.NOT_TESTED):
+            return False
+        return not self.verdict.is_failure
+
+    @property
+    def is_unexpected(self) -> bool:
+        """What fails a run judged against an expectations file."""
+        return self.is_regression or self.is_stale_expectation
+
+    @property
+    def shown_verdict(self) -> str:
+        """The verdict as reports print it: ``FAIL (expected: <reason>)`` for a known
+        failure, ``PASS (unexpected; expected FAIL: <reason>)`` for a stale expectation."""
+        if self.expected is None or self.verdict is Verdict.NOT_TESTED:
+            return self.verdict.value
+        if self.is_expected:
+            return f"{self.verdict.value} (expected: {self.expected_reason})"
+        return (
+            f"{self.verdict.value} (unexpected; expected {self.expected.value}: "
+            f"{self.expected_reason})"
+        )
 
     @property
     def duration(self) -> float:
@@ -151,6 +197,8 @@ class SuiteResult:
     duration: float = 0.0
     seed: int | None = None
     unknown_clause_ids: tuple[str, ...] = ()
+    expectations: str = ""
+    """Where the expectations came from (a file path), or empty: none were applied."""
 
     def clause(self, clause_id: str) -> ClauseResult:
         for result in self.clauses:
@@ -172,6 +220,16 @@ class SuiteResult:
     @property
     def must_failures(self) -> tuple[ClauseResult, ...]:
         return tuple(r for r in self.clauses if r.is_must_failure)
+
+    @property
+    def unexpected(self) -> tuple[ClauseResult, ...]:
+        """Against an expectations file: regressions and stale expectations."""
+        return tuple(r for r in self.clauses if r.is_unexpected)
+
+    @property
+    def expected_results(self) -> tuple[ClauseResult, ...]:
+        """Against an expectations file: clauses that got their announced verdict."""
+        return tuple(r for r in self.clauses if r.is_expected)
 
     @property
     def must_not_judged(self) -> tuple[ClauseResult, ...]:
@@ -286,7 +344,16 @@ def aggregate(
 
 
 def exit_status(suite: SuiteResult) -> int:
-    """:data:`EXIT_MUST_FAILED` iff a MUST clause is FAIL or ERROR or a cited id is unknown."""
-    if suite.must_failures or suite.unknown_clause_ids:
+    """:data:`EXIT_MUST_FAILED` iff a MUST clause is FAIL or ERROR or a cited id is unknown.
+
+    Judged against an expectations file (``suite.expectations``) the file is the baseline
+    instead, at every level: non-zero iff a clause is unexpected (a FAIL or ERROR the file
+    does not announce, or an announced verdict that turned into PASS) or an id is unknown.
+    """
+    if suite.unknown_clause_ids:
+        return EXIT_MUST_FAILED
+    if suite.expectations:
+        return EXIT_MUST_FAILED if suite.unexpected else EXIT_OK
+    if suite.must_failures:
         return EXIT_MUST_FAILED
     return EXIT_OK

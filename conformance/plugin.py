@@ -22,7 +22,10 @@ What it does, in hook order:
    the JSON, markdown and HTML reports into ``--tpbcast-report-dir`` and sets the exit
    status from ``_results.exit_status``: non-zero iff a MUST clause fails (FAIL or
    ERROR).  pytest's own "some test failed" status is replaced, so a failing SHOULD
-   test does not fail CI; interrupted runs and usage errors keep their status.
+   test does not fail CI; interrupted runs and usage errors keep their status.  With
+   ``--tpbcast-expectations FILE`` (``_expectations``) the file is the baseline instead:
+   non-zero iff a result is unexpected (a FAIL/ERROR it does not list, or a listed
+   verdict that turned into PASS); an unusable file is a usage error naming it.
 5. Gives the run one private directory shared by all its xdist workers
    (``tpbcast_run_shared_dir``), so an expensive observation (FALLBACK's torch process
    groups) is made once per run, not once per worker; removed at the end.
@@ -43,7 +46,15 @@ from typing import TYPE_CHECKING, Any, Final
 import pytest
 
 from . import _checks
-from ._results import CheckResult, ImplementationInfo, SuiteResult, Verdict, aggregate
+from ._expectations import Expectations, ExpectationsError, apply_expectations, load_expectations
+from ._results import (
+    CheckResult,
+    ClauseResult,
+    ImplementationInfo,
+    SuiteResult,
+    Verdict,
+    aggregate,
+)
 from ._verdicts import Judgement, Unsupported, clause_checks, judge, judge_exception, require
 from .spec import Spec, load_spec
 
@@ -152,6 +163,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="judge against this clause registry instead of the installed clauses.toml "
         "(the suite's own self-tests use it)",
     )
+    group.addoption(
+        "--tpbcast-expectations",
+        default=None,
+        metavar="TOML",
+        help="clauses known to FAIL or be UNSUPPORTED, each with a reason "
+        "([expect.<ID>] verdict/reason); the run then fails only on an unexpected FAIL/ERROR "
+        "or an expectation that no longer holds (e.g. PASS), at every level",
+    )
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -173,12 +192,29 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--tpbcast-clauses: {exc}") from None
     config.stash[_SELECTED_KEY] = None if chosen is None else tuple(c.id for c in chosen)
     if not _is_worker(config):
-        config.pluginmanager.register(_ResultCollector(config, spec, chosen), _RESULTS_PLUGIN)
+        expectations = _load_expectations(config, spec)
+        collector = _ResultCollector(config, spec, chosen, expectations=expectations)
+        config.pluginmanager.register(collector, _RESULTS_PLUGIN)
         # Workers are spawned after configure and inherit this: expensive observations
         # (FALLBACK's torch process groups) are made once per run, not once per worker.
         shared = tempfile.mkdtemp(prefix="tpbcast-run-")
         os.environ[SHARED_DIR_ENV] = shared
         config.stash[_SHARED_KEY] = shared
+
+
+def _load_expectations(config: pytest.Config, spec: Spec) -> Expectations | None:
+    """The ``--tpbcast-expectations`` file, validated against the registry (controller only:
+    workers report checks, the controller judges them against the file)."""
+    raw = config.getoption("tpbcast_expectations")
+    if not raw:
+        return None
+    path = Path(raw)
+    if not path.is_absolute():
+        path = config.invocation_params.dir / path
+    try:
+        return load_expectations(path, spec)
+    except ExpectationsError as exc:
+        raise pytest.UsageError(f"--tpbcast-expectations: {exc}") from None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -393,6 +429,7 @@ class _ResultCollector:
     config: pytest.Config
     spec: Spec
     chosen: tuple[Clause, ...] | None
+    expectations: Expectations | None = None
     checks: list[CheckResult] = field(default_factory=list)
     clauses_by_node: dict[str, tuple[str, ...]] = field(default_factory=dict)
     impl: ImplementationInfo | None = None
@@ -471,6 +508,8 @@ class _ResultCollector:
             duration=time.monotonic() - self.started,
             seed=self.seed,
         )
+        if self.expectations is not None:
+            self.suite = apply_expectations(self.suite, self.expectations)
         try:
             self.written = _write_reports(self.suite, _report_dir(self.config), self.spec)
         except OSError as exc:
@@ -492,16 +531,47 @@ class _ResultCollector:
             shown = ", ".join(f"{v.value} {n}" for v, n in counts.items() if n)
             tr.write_line(f"{level:<6} {shown or '-'}")
         tr.write_line(f"judged: {self.suite.judgement_summary()}")
-        for failure in self.suite.must_failures:
-            rank = f" (rank {failure.failing_rank})" if failure.failing_rank is not None else ""
-            first = failure.message.splitlines()[0] if failure.message else ""
-            tr.write_line(f"MUST {failure.verdict.value}: {failure.clause.id}{rank}: {first}")
+        if self.suite.expectations:
+            _write_expectation_lines(tr, self.suite)
+        else:
+            for failure in self.suite.must_failures:
+                tr.write_line(f"MUST {failure.verdict.value}: {_failure_line(failure)}")
         for path in self.written:
             tr.write_line(f"report: {path}")
         if self.write_error:
             tr.write_line(self.write_error, red=True)
-        status = "FAILED (a MUST clause failed)" if self.suite.exit_status else "passed"
-        tr.write_line(f"conformance {status}")
+        tr.write_line(f"conformance {_status_text(self.suite)}")
+
+
+def _failure_line(result: ClauseResult) -> str:
+    rank = f" (rank {result.failing_rank})" if result.failing_rank is not None else ""
+    first = result.message.splitlines()[0] if result.message else ""
+    return f"{result.clause.id}{rank}" + (f": {first}" if first else "")
+
+
+def _write_expectation_lines(tr: Any, suite: SuiteResult) -> None:
+    """Known results one line each, then every unexpected one with what was observed."""
+    expected, unexpected = suite.expected_results, suite.unexpected
+    tr.write_line(
+        f"expectations: {suite.expectations}: {len(expected)} as expected, "
+        f"{len(unexpected)} unexpected"
+    )
+    for r in expected:
+        tr.write_line(f"{r.clause.level} {r.clause.id}: {r.shown_verdict}")
+    for r in unexpected:
+        what = "stale expectation" if r.is_stale_expectation else "regression"
+        tr.write_line(
+            f"UNEXPECTED ({what}) {r.clause.level} {r.shown_verdict}: {_failure_line(r)}",
+            red=True,
+        )
+
+
+def _status_text(suite: SuiteResult) -> str:
+    if suite.expectations:
+        if suite.exit_status:
+            return f"FAILED ({len(suite.unexpected)} unexpected result(s))"
+        return f"passed ({len(suite.expected_results)} result(s) as expected)"
+    return "FAILED (a MUST clause failed)" if suite.exit_status else "passed"
 
 
 _KEEP_STATUS: Final = frozenset(

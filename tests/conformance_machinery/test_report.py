@@ -171,6 +171,7 @@ CLAUSE_KEYS = {
     "level",
     "title",
     "verdict",
+    "expected",  # None unless an expectations file announced the clause's verdict
     "duration",
     "failing_rank",
     "message",
