@@ -95,6 +95,58 @@ Capabilities unlock optional members. A clause that lists a capability the imple
 not declare is reported UNSUPPORTED, distinct from PASS and FAIL.
 """
 
+_EXEC_PROTOCOL: Final = """\
+<a id="exec-protocol"></a>
+
+### exec: protocol (an implementation that runs as its own executable)
+
+`--tpbcast-impl "exec:<command ...>"` (shell words) judges an implementation in any language.
+The suite starts the command once to read its hello, then once per broadcaster object, in the
+rank that creates it; the object's members are requests to that *driver*. A C or C++ driver
+needs only `conformance/adapters/exec/tpbcast_driver.h` (four calls; see its README);
+`cbcast_driver.c` there is the worked example (`python -m tpbcast.conformance.adapters.exec
+--path` builds it).
+
+- **Process.** stdin and stdout are one Unix stream socket (the channel), stderr is the rank's
+  (captured in its report section); nothing else may be written to stdout. The driver has
+  PR_SET_PDEATHSIG(SIGKILL) set before exec and stays in the rank's process group, so it dies
+  with its rank and the harness's group kill reaches it; a Kill or Pause fault aimed at the rank
+  finds it idle between two calls. When the rank closes the channel (the object is collected, or
+  the interpreter exits) the driver reads EOF and should exit with status 0; after 2 s it is
+  killed.
+- **Frames.** All integers little-endian. Every message is `u32 length` then that many bytes. A
+  request is `u8 op` + arguments, a reply `u8 status` (0 ok, 1 error) + results; a `str` is
+  `u32 n` + n bytes of UTF-8. Requests come one at a time, each answered before the next.
+
+| op | request arguments | ok reply | member |
+|---|---|---|---|
+| `H` | - | `i32 protocol` (1), `str name`, `str version`, `str capabilities` | (load) |
+| `I` | `i32 rank`, `i32 world_size`, `str base_path` | - | `initialize` |
+| `B` | `i32 root`, `u64 n`, this rank's n bytes | `u64 n`, the bytes after the call | `broadcast` |
+| `R` | - | - | `reset` |
+| `Q` | - | `u8` 0/1 | `is_initialized` |
+| `D` | `i64 connect_ms`, `i64 init_ms`, `i64 io_ms` | - | `set_deadlines` |
+| `G` | - | `u64 generation` | `generation` |
+
+Capabilities are space-separated names. In `D`, -1 waits forever and -2 keeps a deadline as it
+is; a driver that does not declare `deadlines` / `generation` answers `D` / `G` with an error.
+
+- **Errors.** An error reply is `u8 1`, `str class`, `str message`, `i32 rank`, `i32 peer`,
+  `i32 errno`, `i64 bytes_done`, `i64 bytes_total`, `i64 elapsed_us`, `str phase`, `str path`,
+  `str errno_name`, and for `B` then `u64 n` + the buffer as after the failed call (a peer may
+  hold a prefix). Unknown numbers are -1 (errno 0), unknown strings empty; an empty
+  `errno_name` is derived from `errno`. The class picks the Python exception, all under one root
+  (a `RuntimeError`) and carrying the `error_details` attributes: `config` (also `ValueError`),
+  `not_initialized`, `reinit_mismatch`, `broken`, `handshake`, `peer_closed`, `timeout` (also
+  `TimeoutError`), `security` (also `PermissionError`); any other class is the root itself.
+- **On the rank's side.** A list of buffers is sent as one `B` per buffer; a read-only buffer
+  on a peer (rank != root) is refused with `TypeError` before any request. A driver that cannot
+  start, dies mid-call or breaks the framing raises `ExecDriverError` naming the rank, the
+  command and how it ended; every later call of that object raises it again. `exec:` cannot
+  carry `abstract_namespace`, `dispatch`, `base_path` or `tensors` (they need Python objects);
+  a hello declaring one is a load error.
+"""
+
 
 def _md(text: str) -> str:
     """Escape ``<``/``>``/``|`` outside backtick code spans so titles like <base_path> render."""
@@ -112,6 +164,7 @@ def render_markdown(spec: Spec) -> str:
     out.append("|---|---|")
     out.extend(f"| `{cap}` | {_md(text)} |" for cap, text in CAPABILITIES.items())
     out.append("")
+    out.append(_EXEC_PROTOCOL)
     out.append("## Upstream column")
     out.append("")
     out.append(

@@ -152,7 +152,7 @@ def _split_spec(spec: str) -> tuple[str, str]:
     if not sep or not module.strip() or not attr.strip() or ":" in attr:
         raise ImplementationLoadError(
             f"implementation spec {spec!r} is not 'module:callable' "
-            f"(example: {DEFAULT_IMPLEMENTATION!r})"
+            f"(example: {DEFAULT_IMPLEMENTATION!r}) or 'exec:<command ...>'"
         )
     return module.strip(), attr.strip()
 
@@ -269,7 +269,11 @@ class Implementation:
 
 
 def load_implementation(spec: str) -> Implementation:
-    """Load ``"module:callable"`` and check it against the adapter contract.
+    """Load ``"module:callable"`` (or ``"exec:<command ...>"``) and check it against the
+    adapter contract.
+
+    ``exec:`` runs the implementation as its own executable, driven over the protocol in
+    SPEC.md's adapter section (see ``_exec_adapter``).
 
     Calls the factory once to read ``capabilities``, ``name`` and ``version`` from
     a fresh object (which is then discarded without being initialised).
@@ -279,6 +283,10 @@ def load_implementation(spec: str) -> Implementation:
         (all listed).
     :raises UnknownCapabilityError: the object declares an unknown capability.
     """
+    if spec.startswith("exec:"):
+        from ._exec_adapter import load_exec_implementation  # it builds on this module
+
+        return load_exec_implementation(spec)
     module_name, attr_path = _split_spec(spec)
     module = _import(spec, module_name)
     factory = _resolve(spec, module, attr_path)

@@ -1,0 +1,297 @@
+/* tpbcast_driver.h - single-header kit for an `exec:` driver of the tpbcast suite.
+ *
+ * Judge a C or C++ broadcaster without writing any Python:
+ *
+ *     #include "tpbcast_driver.h"
+ *     static int my_init(void *self, int rank, int world, const char *base,
+ *                        struct tpbcast_error *err) { ... return 0 or -1; }
+ *     ... my_broadcast, my_reset, my_is_initialized ...
+ *     int main(void) {
+ *         struct tpbcast_driver d = {
+ *             .name = "mybcast", .version = "1.0", .capabilities = "deadlines",
+ *             .initialize = my_init, .broadcast = my_broadcast,
+ *             .reset = my_reset, .is_initialized = my_is_initialized,
+ *         };
+ *         return tpbcast_driver_main(&d);
+ *     }
+ *
+ *     cc -std=c11 -O2 -o my_driver my_driver.c libmine.a
+ *     python -m tpbcast.conformance --tpbcast-impl "exec:./my_driver"
+ *
+ * The suite starts the driver once per broadcaster, in the rank that uses it, and
+ * speaks the protocol of SPEC.md ("exec: protocol") on one Unix socket that is the
+ * driver's stdin and stdout.  tpbcast_driver_main() moves that socket to a private
+ * fd and points fd 1 at fd 2, so a stray printf() cannot corrupt the stream (it
+ * ends up in the rank's stderr capture), then serves requests until the rank closes
+ * the socket, and returns 0 (return it from main(): exit() runs atexit handlers, as
+ * a normal interpreter exit would have in an in-process adapter).
+ *
+ * Failing calls return -1 and fill *err: `error_class` from the vocabulary below,
+ * `message` (copied at once, so a static buffer is fine) and any details you know;
+ * the kit pre-fills every detail as unknown (-1 / NULL).  Error classes map to
+ * Python exceptions on the suite's side:
+ *     config (ValueError), not_initialized, reinit_mismatch, broken, handshake,
+ *     peer_closed, timeout (TimeoutError), security (PermissionError); anything
+ *     else is the root class (a RuntimeError).
+ * The driver must not be multi-threaded on the channel: calls arrive one at a time.
+ * Only C11 + POSIX; no allocation survives a request except the payload buffer.
+ */
+#ifndef TPBCAST_DRIVER_H
+#define TPBCAST_DRIVER_H
+
+/* Include this header first (or define _GNU_SOURCE yourself): -std=c11 hides POSIX. */
+#if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define TPBCAST_PROTOCOL_VERSION 1
+#define TPBCAST_KEEP (-2LL)    /* set_deadlines_ms: leave this deadline as it is */
+#define TPBCAST_FOREVER (-1LL) /* set_deadlines_ms: wait forever */
+
+struct tpbcast_error {
+    const char *error_class; /* "config", "timeout", ...; NULL = "error" */
+    const char *message;     /* NULL = "(no message)" */
+    int rank, peer, err;     /* err: errno value, 0 = none; peer -1 = none */
+    long long bytes_done, bytes_total, elapsed_us; /* -1 = unknown */
+    const char *phase, *path, *errno_name;         /* NULL = unknown; the suite
+                                                      names err itself if errno_name is NULL */
+};
+
+struct tpbcast_driver {
+    const char *name, *version;
+    const char *capabilities; /* space-separated, e.g. "deadlines generation" */
+    void *self;               /* passed to every call */
+    /* The four calls: 0 on success, -1 with *err filled on failure. */
+    int (*initialize)(void *self, int rank, int world_size, const char *base_path,
+                      struct tpbcast_error *err);
+    int (*broadcast)(void *self, void *buf, size_t nbytes, int root,
+                     struct tpbcast_error *err);
+    void (*reset)(void *self);
+    int (*is_initialized)(void *self);
+    /* Optional (NULL: the request gets an "unsupported" error reply). */
+    int (*set_deadlines_ms)(void *self, long long connect, long long init, long long io,
+                            struct tpbcast_error *err);
+    unsigned long long (*generation)(void *self);
+};
+
+int tpbcast_driver_main(const struct tpbcast_driver *d);
+
+/* ---- implementation (static: include this header in one file only) ---- */
+
+enum { TPBCAST_OP_HELLO = 'H', TPBCAST_OP_INIT = 'I', TPBCAST_OP_BCAST = 'B',
+       TPBCAST_OP_RESET = 'R', TPBCAST_OP_QUERY = 'Q', TPBCAST_OP_DEADLINES = 'D',
+       TPBCAST_OP_GENERATION = 'G' };
+
+struct tpbcast_out_ { unsigned char *p; size_t n, cap; int oom; };
+
+static void tpbcast_put_(struct tpbcast_out_ *o, const void *src, size_t n) {
+    if (o->oom) return;
+    if (o->n + n > o->cap) {
+        size_t cap = o->cap ? o->cap : 256;
+        while (cap < o->n + n) cap *= 2;
+        unsigned char *p = (unsigned char *)realloc(o->p, cap);
+        if (!p) { o->oom = 1; return; }
+        o->p = p; o->cap = cap;
+    }
+    memcpy(o->p + o->n, src, n);
+    o->n += n;
+}
+
+/* Little-endian on the wire: write byte by byte, whatever the host order. */
+static void tpbcast_put_u_(struct tpbcast_out_ *o, unsigned long long v, int bytes) {
+    unsigned char b[8];
+    for (int i = 0; i < bytes; i++) b[i] = (unsigned char)(v >> (8 * i));
+    tpbcast_put_(o, b, (size_t)bytes);
+}
+
+static void tpbcast_put_str_(struct tpbcast_out_ *o, const char *s) {
+    size_t n = s ? strlen(s) : 0;
+    tpbcast_put_u_(o, n, 4);
+    tpbcast_put_(o, s ? s : "", n);
+}
+
+static unsigned long long tpbcast_get_u_(const unsigned char *p, int bytes) {
+    unsigned long long v = 0;
+    for (int i = 0; i < bytes; i++) v |= (unsigned long long)p[i] << (8 * i);
+    return v;
+}
+
+static int tpbcast_write_all_(int fd, const void *buf, size_t n) {
+    const char *p = (const char *)buf;
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == ENOTSOCK) k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k; n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* 1 read, 0 clean EOF before the first byte, -1 error or EOF inside. */
+static int tpbcast_read_all_(int fd, void *buf, size_t n) {
+    char *p = (char *)buf;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, p + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -1;
+        if (k == 0) return got == 0 ? 0 : -1;
+        got += (size_t)k;
+    }
+    return 1;
+}
+
+static void tpbcast_put_error_(struct tpbcast_out_ *o, const struct tpbcast_error *e) {
+    tpbcast_put_u_(o, 1, 1); /* status: error */
+    tpbcast_put_str_(o, e->error_class ? e->error_class : "error");
+    tpbcast_put_str_(o, e->message ? e->message : "(no message)");
+    tpbcast_put_u_(o, (unsigned long long)(long long)e->rank, 4);
+    tpbcast_put_u_(o, (unsigned long long)(long long)e->peer, 4);
+    tpbcast_put_u_(o, (unsigned long long)(long long)e->err, 4);
+    tpbcast_put_u_(o, (unsigned long long)e->bytes_done, 8);
+    tpbcast_put_u_(o, (unsigned long long)e->bytes_total, 8);
+    tpbcast_put_u_(o, (unsigned long long)e->elapsed_us, 8);
+    tpbcast_put_str_(o, e->phase);
+    tpbcast_put_str_(o, e->path);
+    tpbcast_put_str_(o, e->errno_name);
+}
+
+static struct tpbcast_error tpbcast_unknown_(void) {
+    struct tpbcast_error e = {NULL, NULL, -1, -1, 0, -1, -1, -1, NULL, NULL, NULL};
+    return e;
+}
+
+/* Serve one request whose body (op byte first) is body[0..n).  Returns 0, or -1 when
+ * the reply could not be sent (the rank is gone). */
+static int tpbcast_serve_(const struct tpbcast_driver *d, int fd, unsigned char *body,
+                          size_t n) {
+    struct tpbcast_out_ o = {NULL, 0, 0, 0};
+    struct tpbcast_error e = tpbcast_unknown_();
+    const unsigned char *payload = NULL;
+    unsigned long long payload_n = 0;
+    int op = n ? body[0] : 0, rc = 0;
+    tpbcast_put_u_(&o, 0, 4); /* length, patched below */
+    switch (op) {
+    case TPBCAST_OP_HELLO:
+        tpbcast_put_u_(&o, 0, 1);
+        tpbcast_put_u_(&o, TPBCAST_PROTOCOL_VERSION, 4);
+        tpbcast_put_str_(&o, d->name);
+        tpbcast_put_str_(&o, d->version);
+        tpbcast_put_str_(&o, d->capabilities);
+        break;
+    case TPBCAST_OP_INIT: {
+        if (n < 13 || 13 + tpbcast_get_u_(body + 9, 4) != n) goto bad;
+        size_t len = (size_t)tpbcast_get_u_(body + 9, 4);
+        char *path = (char *)malloc(len + 1);
+        if (!path) goto bad;
+        memcpy(path, body + 13, len);
+        path[len] = '\0';
+        rc = d->initialize(d->self, (int)(int32_t)tpbcast_get_u_(body + 1, 4),
+                           (int)(int32_t)tpbcast_get_u_(body + 5, 4), path, &e);
+        free(path);
+        if (rc != 0) tpbcast_put_error_(&o, &e); else tpbcast_put_u_(&o, 0, 1);
+        break;
+    }
+    case TPBCAST_OP_BCAST: {
+        if (n < 13 || 13 + tpbcast_get_u_(body + 5, 8) != n) goto bad;
+        payload_n = tpbcast_get_u_(body + 5, 8);
+        rc = d->broadcast(d->self, payload_n ? body + 13 : NULL, (size_t)payload_n,
+                          (int)(int32_t)tpbcast_get_u_(body + 1, 4), &e);
+        if (rc != 0) tpbcast_put_error_(&o, &e); else tpbcast_put_u_(&o, 0, 1);
+        /* The buffer after the call, also after a failure (a peer may hold a prefix). */
+        tpbcast_put_u_(&o, payload_n, 8);
+        payload = body + 13;
+        break;
+    }
+    case TPBCAST_OP_RESET:
+        d->reset(d->self);
+        tpbcast_put_u_(&o, 0, 1);
+        break;
+    case TPBCAST_OP_QUERY:
+        tpbcast_put_u_(&o, 0, 1);
+        tpbcast_put_u_(&o, d->is_initialized(d->self) ? 1 : 0, 1);
+        break;
+    case TPBCAST_OP_DEADLINES:
+        if (n != 25) goto bad;
+        if (!d->set_deadlines_ms) goto unsupported;
+        rc = d->set_deadlines_ms(d->self, (long long)tpbcast_get_u_(body + 1, 8),
+                                 (long long)tpbcast_get_u_(body + 9, 8),
+                                 (long long)tpbcast_get_u_(body + 17, 8), &e);
+        if (rc != 0) tpbcast_put_error_(&o, &e); else tpbcast_put_u_(&o, 0, 1);
+        break;
+    case TPBCAST_OP_GENERATION:
+        if (!d->generation) goto unsupported;
+        tpbcast_put_u_(&o, 0, 1);
+        tpbcast_put_u_(&o, d->generation(d->self), 8);
+        break;
+    default:
+        goto bad;
+    }
+    goto send;
+unsupported:
+    e.error_class = "unsupported";
+    e.message = "this driver does not implement the request (its capabilities omit it)";
+    tpbcast_put_error_(&o, &e);
+    goto send;
+bad:
+    fprintf(stderr, "tpbcast_driver: malformed request (op %d, %zu bytes); stopping\n",
+            op, n);
+    free(o.p);
+    return -1;
+send:
+    if (o.oom) { free(o.p); return -1; }
+    {
+        unsigned long long total = o.n - 4 + payload_n;
+        for (int i = 0; i < 4; i++) o.p[i] = (unsigned char)(total >> (8 * i));
+    }
+    rc = tpbcast_write_all_(fd, o.p, o.n);
+    if (rc == 0 && payload_n) rc = tpbcast_write_all_(fd, payload, (size_t)payload_n);
+    free(o.p);
+    return rc;
+}
+
+int tpbcast_driver_main(const struct tpbcast_driver *d) {
+    /* 1. Take the channel (fd 0 = fd 1 = the socket) to a private close-on-exec fd. */
+    int fd = fcntl(0, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0) { perror("tpbcast_driver: dup of the channel"); return 2; }
+    /* 2. fd 1 -> fd 2 (stray output goes to the rank's stderr), fd 0 -> /dev/null. */
+    int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (dup2(2, 1) < 0 || null_fd < 0 || dup2(null_fd, 0) < 0) {
+        perror("tpbcast_driver: redirecting fds 0/1");
+        return 2;
+    }
+    close(null_fd);
+    for (;;) {
+        unsigned char head[4];
+        int got = tpbcast_read_all_(fd, head, 4);
+        if (got == 0) break; /* the rank closed the channel: a normal end */
+        if (got < 0) { perror("tpbcast_driver: reading a request"); return 3; }
+        size_t n = (size_t)tpbcast_get_u_(head, 4);
+        unsigned char *body = (unsigned char *)malloc(n ? n : 1);
+        if (!body) { fprintf(stderr, "tpbcast_driver: out of memory (%zu bytes)\n", n); return 3; }
+        if (tpbcast_read_all_(fd, body, n) != 1 && n) {
+            perror("tpbcast_driver: reading a request body");
+            free(body);
+            return 3;
+        }
+        int rc = tpbcast_serve_(d, fd, body, n);
+        free(body);
+        if (rc != 0) return 3;
+    }
+    close(fd);
+    return 0;
+}
+
+#endif /* TPBCAST_DRIVER_H */

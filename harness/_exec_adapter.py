@@ -1,0 +1,394 @@
+"""``exec:<command ...>``: judge an implementation that runs as its own executable.
+
+Each broadcaster object starts the command once, when it is created (in the rank that
+creates it), and drives it over the protocol of :mod:`._exec_protocol` on one Unix socket
+that is the driver's stdin and stdout. Why this shape:
+
+* The driver dies with its rank: the child sets PR_SET_PDEATHSIG(SIGKILL) before exec
+  (and exits at once if the rank is already gone). It stays in the rank's process group,
+  so the harness's group kill, stack-dump and survivor sweep reach it too; a Kill or
+  Pause aimed at the rank finds the driver idle between two calls (the rank drives every
+  call), so stopping the rank stops the implementation's progress as well. The driver is
+  started when the object is created, not lazily: PDEATHSIG follows the creating THREAD,
+  and ranks create their broadcaster on the main thread even when they call it from others.
+* A socket, not two pipes: ``send(MSG_NOSIGNAL)`` on the rank's side, so a dead driver is
+  a clear :class:`ExecDriverError`, never a SIGPIPE in a rank that restored its default.
+* The object closes its end when it is collected (or at interpreter exit); the driver then
+  reads EOF and exits, and is killed if it has not done so within a bounded grace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shlex
+import socket
+import subprocess
+import threading
+import weakref
+from collections.abc import Iterable
+from functools import partial
+from typing import Any, Final
+
+from ._adapter import (
+    Capability,
+    Implementation,
+    ImplementationLoadError,
+    parse_capabilities,
+)
+from ._exec_errors import ExecDriverError, from_record
+from ._exec_protocol import (
+    KEEP,
+    PROTOCOL_VERSION,
+    STATUS_ERROR,
+    STATUS_OK,
+    Hello,
+    Op,
+    ProtocolError,
+    Reader,
+    broadcast_header,
+    decode_error,
+    decode_hello,
+    initialize_request,
+    request,
+)
+from ._outcome import signal_name
+from ._proc import PR_SET_PDEATHSIG_KILL, set_pdeathsig
+
+__all__ = ["EXEC_PREFIX", "ExecBroadcaster", "load_exec_implementation"]
+
+EXEC_PREFIX: Final = "exec:"
+# After the rank closes its end, how long a driver may take to exit on its own (it runs
+# its atexit handlers) before it is SIGKILLed. Bounded so a wedged driver cannot hang a
+# rank's teardown.
+_EXIT_GRACE: Final = 2.0
+# Capabilities that need Python objects a byte protocol cannot carry (v1).
+_NOT_CARRIED: Final = frozenset(
+    {
+        Capability.ABSTRACT_NAMESPACE,
+        Capability.DISPATCH,
+        Capability.BASE_PATH,
+        Capability.TENSORS,
+    }
+)
+_LONG_MAX: Final = 2**31 - 1
+
+
+def _die_with(parent: int) -> None:  # pragma: no cover - runs in the child before exec
+    """preexec_fn: PDEATHSIG, then make sure the parent did not die before it was set."""
+    set_pdeathsig(PR_SET_PDEATHSIG_KILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _stop(sock: socket.socket, proc: subprocess.Popen[bytes], owner: int) -> None:
+    """Close the channel, give the driver :data:`_EXIT_GRACE` to exit, then kill it."""
+    sock.close()
+    if os.getpid() != owner:  # a forked child of the rank: the driver is not ours
+        return
+    try:
+        proc.wait(timeout=_EXIT_GRACE)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait()
+
+
+class _Driver:
+    """One driver process and its socket; every request/reply goes through :meth:`call`."""
+
+    def __init__(self, command: tuple[str, ...]) -> None:
+        self.command = command
+        self.rank: int | None = None  # for messages: the rank of the last initialize
+        self._failed: ExecDriverError | None = None
+        self._lock = threading.Lock()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                stdin=theirs.fileno(),
+                stdout=theirs.fileno(),
+                close_fds=True,
+                preexec_fn=partial(_die_with, os.getpid()),  # noqa: PLW1509 - see _die_with
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            ours.close()
+            raise ExecDriverError(
+                f"could not start the exec: driver {shlex.join(command)}: "
+                f"{type(exc).__name__}: {exc}",
+                rank=None,
+                command=command,
+            ) from exc
+        finally:
+            theirs.close()
+        self._sock = ours
+        self._finalizer = weakref.finalize(self, _stop, ours, self.proc, os.getpid())
+
+    def close(self) -> None:
+        """Close the channel and reap the driver (see :func:`_stop`)."""
+        self._finalizer()
+
+    def _who(self) -> str:
+        rank = f"rank {self.rank}" if self.rank is not None else "a rank (before initialize)"
+        return f"{rank}'s exec: driver {shlex.join(self.command)} (pid {self.proc.pid})"
+
+    def _died(self, what: str, cause: str) -> ExecDriverError:
+        try:
+            code = self.proc.wait(timeout=_EXIT_GRACE)
+        except subprocess.TimeoutExpired:
+            how = f"closed its channel ({cause}) but is still running"
+        else:
+            how = (
+                f"was killed by {signal_name(-code)}" if code < 0 else f"exited with status {code}"
+            )
+        return ExecDriverError(
+            f"{self._who()} {how} during {what}; no reply came (its stderr is in the rank's "
+            "stderr capture)",
+            rank=self.rank,
+            command=self.command,
+        )
+
+    def _recv_exact(self, n: int, what: str) -> bytearray:
+        out = bytearray(n)
+        view = memoryview(out)
+        got = 0
+        while got < n:
+            try:
+                k = self._sock.recv_into(view[got:])
+            except ConnectionResetError as exc:
+                raise self._died(what, f"{type(exc).__name__}") from exc
+            if k == 0:
+                raise self._died(what, "EOF")
+            got += k
+        return out
+
+    def call(self, what: str, parts: Iterable[bytes | memoryview]) -> Reader:
+        """Send one request, read its reply; returns a reader past the status byte.
+
+        :raises ExecBroadcastError: the driver replied with an error (a subclass by class).
+        :raises ExecDriverError: the driver is gone or broke the protocol; every later
+            call raises the same error (the stream cannot be trusted any more).
+        """
+        with self._lock:
+            if self._failed is not None:
+                raise self._failed
+            try:
+                return self._exchange(what, parts)
+            except ExecDriverError as exc:
+                self._failed = exc
+                raise
+            except ProtocolError as exc:
+                self._failed = ExecDriverError(
+                    f"{self._who()} broke the protocol in its {what} reply: {exc}",
+                    rank=self.rank,
+                    command=self.command,
+                )
+                raise self._failed from exc
+            except _ErrorReply:
+                raise  # a complete reply: the channel is in step
+            except BaseException:
+                # Interrupted mid-exchange (a signal handler raised): the reply, if any,
+                # would be read by the next call. Refuse from now on instead.
+                self._failed = ExecDriverError(
+                    f"{self._who()}: a {what} call was interrupted before its reply; the "
+                    "channel is out of sync, create a new broadcaster",
+                    rank=self.rank,
+                    command=self.command,
+                )
+                raise
+
+    def _exchange(self, what: str, parts: Iterable[bytes | memoryview]) -> Reader:
+        for part in parts:
+            try:
+                self._sock.sendall(part, socket.MSG_NOSIGNAL)
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                raise self._died(what, type(exc).__name__) from exc
+        length = int.from_bytes(self._recv_exact(4, what), "little")
+        reader = Reader(self._recv_exact(length, what), what)
+        status = reader.u8()
+        if status not in (STATUS_OK, STATUS_ERROR):
+            raise ProtocolError(f"status byte {status} (0 = ok, 1 = error)")
+        if status == STATUS_ERROR:
+            record = decode_error(reader)
+            raise _ErrorReply(record, reader)
+        return reader
+
+
+class _ErrorReply(Exception):  # noqa: N818 - internal control flow, never escapes
+    """An error reply, with the reader positioned after the error record."""
+
+    def __init__(self, record: Any, reader: Reader) -> None:
+        super().__init__(record.message)
+        self.record = record
+        self.reader = reader
+
+
+def _ms(name: str, seconds: float) -> int:
+    """Seconds -> whole milliseconds on the wire (rounded up); ``math.inf`` is -1."""
+    if seconds == math.inf:
+        return -1
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{name} must be >= 0 seconds or math.inf, got {seconds!r}")
+    return min(_LONG_MAX, max(1, math.ceil(seconds * 1000))) if seconds > 0 else 0
+
+
+def _c_int(name: str, value: int) -> int:
+    if not -(2**31) <= value < 2**31:
+        raise ValueError(f"{name} must fit a 32-bit int, got {value!r}")
+    return value
+
+
+class ExecBroadcaster:
+    """The adapter contract's members, each one request to the driver process."""
+
+    def __init__(self, command: tuple[str, ...], hello: Hello) -> None:
+        self.name = hello.name
+        self.version = hello.version
+        self.capabilities = frozenset(hello.capabilities)
+        self._driver = _Driver(command)
+        self._rank: int | None = None
+
+    @property
+    def driver_pid(self) -> int:
+        """The driver process's pid (for tests and reports)."""
+        return self._driver.proc.pid
+
+    def close(self) -> None:
+        """End the driver now instead of when this object is collected."""
+        self._driver.close()
+
+    def _simple(self, what: str, data: bytes) -> Reader:
+        try:
+            return self._driver.call(what, (data,))
+        except _ErrorReply as reply:
+            raise from_record(reply.record) from None
+
+    def set_deadlines(
+        self, *, connect: float | None = None, init: float | None = None, io: float | None = None
+    ) -> None:
+        """Deadlines in seconds (``None`` keeps a value, ``math.inf`` waits forever)."""
+        values = tuple(
+            KEEP if v is None else _ms(n, v)
+            for n, v in (("connect", connect), ("init", init), ("io", io))
+        )
+        self._simple(
+            "set_deadlines", request(Op.SET_DEADLINES, ints=tuple(("q", v) for v in values))
+        )
+
+    def initialize(self, rank: int, world_size: int, base_path: str) -> None:
+        path = os.fsencode(base_path)
+        if b"\0" in path:
+            raise ValueError(f"base_path must not contain NUL bytes, got {base_path!r}")
+        msg = initialize_request(_c_int("rank", rank), _c_int("world_size", world_size), path)
+        self._driver.rank = rank
+        self._simple("initialize", msg)
+        self._rank = rank
+
+    def broadcast(self, buffer: Any, root: int = 0) -> None:
+        """Send ``buffer`` from the root or receive it in place; a list is sent back to back."""
+        buffers: Iterable[Any] = buffer if isinstance(buffer, list | tuple) else (buffer,)
+        for one in buffers:
+            self._broadcast_one(one, root)
+
+    def _broadcast_one(self, buffer: Any, root: int) -> None:
+        view = memoryview(buffer)
+        if not view.c_contiguous:
+            raise ValueError(
+                f"broadcast needs a C-contiguous buffer, got a {type(buffer).__name__} "
+                f"of shape {view.shape} strides {view.strides}"
+            )
+        flat = view.cast("B") if view.ndim != 1 or view.format != "B" else view
+        nbytes = flat.nbytes
+        if flat.readonly and nbytes and self._rank is not None and self._rank != root:
+            raise TypeError(
+                "a peer receives in place: pass a writable buffer (bytearray, "
+                f"memoryview, numpy array), not a read-only {type(buffer).__name__}"
+            )
+        header = broadcast_header(_c_int("root", root), nbytes)
+        error = None
+        try:
+            reader = self._driver.call("broadcast", (header, flat))
+        except _ErrorReply as reply:
+            reader, error = reply.reader, from_record(reply.record)
+        # The buffer after the call (also after a failed one: a peer may hold a prefix).
+        back = reader.u64()
+        if back == nbytes and nbytes and not flat.readonly:
+            flat[:] = reader.raw(back)
+        if error is not None:
+            raise error from None
+
+    def reset(self) -> None:
+        self._simple("reset", request(Op.RESET))
+        self._rank = None
+
+    def is_initialized(self) -> bool:
+        return self._simple("is_initialized", request(Op.IS_INITIALIZED)).u8() != 0
+
+    @property
+    def generation(self) -> int:
+        """The driver's generation counter (+1 on every reset)."""
+        return self._simple("generation", request(Op.GENERATION)).u64()
+
+
+def _command(spec: str) -> tuple[str, ...]:
+    try:
+        words = shlex.split(spec[len(EXEC_PREFIX) :])
+    except ValueError as exc:
+        raise ImplementationLoadError(
+            f"implementation {spec!r}: the command after 'exec:' does not parse as shell "
+            f"words: {exc}"
+        ) from exc
+    if not words:
+        raise ImplementationLoadError(
+            f"implementation {spec!r}: no command after 'exec:' "
+            "(example: 'exec:./my_driver --flag')"
+        )
+    return tuple(words)
+
+
+def _hello(spec: str, command: tuple[str, ...]) -> Hello:
+    try:
+        driver = _Driver(command)
+    except ExecDriverError as exc:
+        raise ImplementationLoadError(f"implementation {spec!r}: {exc}") from exc
+    try:
+        body = driver.call("hello", (request(Op.HELLO),))
+        return decode_hello(body)
+    except (ExecDriverError, ProtocolError, _ErrorReply) as exc:
+        raise ImplementationLoadError(
+            f"implementation {spec!r}: the driver did not answer the hello request: {exc}"
+        ) from exc
+    finally:
+        driver.close()
+
+
+def load_exec_implementation(spec: str) -> Implementation:
+    """Start the command once, read its hello (name, version, capabilities), stop it.
+
+    :raises ImplementationLoadError: empty or unparsable command, a driver that cannot
+        start or does not answer, another protocol version, or a capability that needs
+        Python objects (``abstract_namespace``, ``dispatch``, ``base_path``, ``tensors``).
+    :raises UnknownCapabilityError: a capability the contract does not define.
+    """
+    command = _command(spec)
+    hello = _hello(spec, command)
+    if hello.protocol != PROTOCOL_VERSION:
+        raise ImplementationLoadError(
+            f"implementation {spec!r}: the driver speaks protocol {hello.protocol}, this "
+            f"suite speaks {PROTOCOL_VERSION}"
+        )
+    capabilities = parse_capabilities(hello.capabilities, source=f"{spec} hello")
+    carried = sorted(capabilities & _NOT_CARRIED)
+    if carried:
+        raise ImplementationLoadError(
+            f"implementation {spec!r} declares {', '.join(carried)}, which exec: cannot "
+            "carry (they need Python objects); drop them from the driver's capabilities"
+        )
+    return Implementation(
+        spec=spec,
+        name=hello.name or os.path.basename(command[0]),
+        version=hello.version or "unknown",
+        capabilities=capabilities,
+        factory=partial(ExecBroadcaster, command, hello),
+    )
