@@ -26,7 +26,7 @@ import signal
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ._channel import read_records
 from ._faults import FaultPlan
@@ -69,7 +69,13 @@ def _resolve_seed(seed: int | None, faults: FaultPlan | None) -> int:
 
 
 def _validate(
-    world_size: int, timeout: float, fail_fast_grace: float, kill_grace: float, sigpipe: str
+    world_size: int,
+    timeout: float,
+    fail_fast_grace: float,
+    kill_grace: float,
+    sigpipe: str,
+    *,
+    faults: FaultPlan | None,
 ) -> None:
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"run_ranks: world_size must be an int >= 1, got {world_size!r}")
@@ -84,6 +90,8 @@ def _validate(
         raise ValueError(f"run_ranks: timeout must be > 0 seconds, got {timeout!r}")
     if sigpipe not in ("default", "inherit"):
         raise ValueError(f"run_ranks: sigpipe must be 'default' or 'inherit', got {sigpipe!r}")
+    if faults is not None:
+        faults.validate(world_size)
 
 
 def _signals_to_reset(sigpipe: str) -> tuple[tuple[int, ...], bool]:
@@ -144,9 +152,50 @@ def _fork(
     return pid
 
 
+Target = Callable[..., object]
+"""What a rank runs: ``target(ctx, *args) -> object`` (the value is pickled back)."""
+
+
+def _per_rank_targets(
+    target: Target | Mapping[int, Target], world_size: int | None
+) -> tuple[int, tuple[Target, ...]]:
+    """One target per rank: the same callable everywhere, or a mapping rank -> target.
+
+    A mapping lets a test mix its own implementation with byte-level rogues
+    (``{0: mine, 1: rogue_peer("announce", rank=7), 2: mine}``); its keys must be exactly
+    ``0..world_size-1`` (``world_size`` defaults to its length), so a forgotten rank is an
+    error here instead of a rank that silently runs nothing.
+    """
+    if not isinstance(target, Mapping):
+        if not callable(target):
+            raise TypeError(
+                f"run_ranks: target must be a callable or a mapping rank -> callable, got "
+                f"{type(target).__name__}"
+            )
+        if world_size is None:
+            raise ValueError("run_ranks: world_size is required when target is one callable")
+        return world_size, (target,) * world_size if isinstance(world_size, int) else ()
+    size = len(target) if world_size is None else world_size
+    ranks = set(target)
+    wanted = set(range(size)) if isinstance(size, int) else set()
+    if ranks != wanted:
+        missing = sorted(wanted - ranks)
+        extra = sorted(ranks - wanted, key=repr)
+        raise ValueError(
+            f"run_ranks: the target mapping must give one target for each rank 0..{size - 1} "
+            f"of world_size {size}; missing rank(s) {missing}, unexpected key(s) {extra}"
+        )
+    for rank in sorted(ranks):
+        if not callable(target[rank]):
+            raise TypeError(
+                f"run_ranks: the target of rank {rank} is not callable: {target[rank]!r}"
+            )
+    return size, tuple(target[rank] for rank in range(size))
+
+
 def run_ranks(
-    target: Callable[..., object],
-    world_size: int,
+    target: Target | Mapping[int, Target],
+    world_size: int | None = None,
     *,
     timeout: float = 30.0,
     args: tuple[object, ...] = (),
@@ -162,14 +211,15 @@ def run_ranks(
 ) -> GroupResult:
     """Run ``target(ctx, *args)`` in ``world_size`` forked ranks and judge each one.
 
+    ``target`` may also be a mapping rank -> target (keys exactly ``0..world_size-1``;
+    ``world_size`` then defaults to its length), so each rank can run its own code.
     Never raises for a rank's failure: inspect the result or call
     ``result.raise_for_failure()``. Raises ``ValueError`` for bad arguments and
     ``ForkSafetyError`` when forking now would hang the ranks (torch's OpenMP pool).
     Must be called from a thread that outlives the group (PR_SET_PDEATHSIG is per thread).
     """
-    _validate(world_size, timeout, fail_fast_grace, kill_grace, sigpipe)
-    if faults is not None:
-        faults.validate(world_size)
+    world_size, targets = _per_rank_targets(target, world_size)
+    _validate(world_size, timeout, fail_fast_grace, kill_grace, sigpipe, faults=faults)
     check_fork_safety()
     preload()
     group_seed = _resolve_seed(seed, faults)
@@ -225,7 +275,7 @@ def run_ranks(
                 )
                 for r in range(world_size)
             ]
-            _fork_all(specs, ranks, reaper, mesh, target=target, args=args)
+            _fork_all(specs, ranks, reaper, mesh, targets=targets, args=args)
             mesh.parent_after_fork()
             _close_capture(capture)
         failure_order = _supervise(
@@ -283,7 +333,7 @@ def _fork_all(
     reaper: Reaper,
     mesh: Mesh,
     *,
-    target: Callable[..., object],
+    targets: tuple[Target, ...],
     args: tuple[object, ...],
 ) -> None:
     """Fork every rank, appending to ``ranks`` as we go (so a failure midway still kills
@@ -300,7 +350,7 @@ def _fork_all(
     try:
         for spec in specs:
             forked_at = time.monotonic()
-            pid = _fork(spec, mesh, target, args)
+            pid = _fork(spec, mesh, targets[spec.rank], args)
             ranks.append(RankState(spec.rank, pid, forked_at))
             reaper.add(pid)
     finally:
