@@ -206,3 +206,26 @@ __all__ = [
     "unpack_rank",
     "wait_hung_up",
 ]
+
+
+def _publish_names() -> None:
+    """Show each re-exported class and function under its public name.
+
+    Tracebacks, reprs and a rank's ``exc_type`` print ``cls.__module__``: without this a
+    failure read ``tpbcast.harness._outcome.RankGroupFailure``, a private path nobody can
+    import from (issue 11; trio's ``fixup_module_metadata`` does the same).  Only objects
+    defined under their exported name are rewritten, so pickling by reference, which looks
+    ``__module__.__qualname__`` up, finds each one here.
+    """
+    namespace = globals()
+    for name in __all__:
+        obj = namespace[name]
+        if not (isinstance(obj, type) or callable(obj)):
+            continue
+        if getattr(obj, "__qualname__", None) != name:
+            continue
+        if str(getattr(obj, "__module__", "")).startswith(__name__ + "._"):
+            obj.__module__ = __name__
+
+
+_publish_names()

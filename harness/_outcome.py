@@ -180,14 +180,8 @@ class GroupResult:
         A group usually fails in a cascade (rank 2 dies, rank 0 then times out waiting
         for it); the root cause is the earliest failure that the harness did not cause.
         """
-        failed = [o for o in self.outcomes if not o.ok]
-        if not failed:
-            return None
-        order = {rank: i for i, rank in enumerate(self.failure_order)}
-        failed.sort(
-            key=lambda o: (o.status is Status.TIMED_OUT, order.get(o.rank, len(order)), o.rank)
-        )
-        return failed[0]
+        failed = self.failures_first()
+        return failed[0] if failed and not failed[0].ok else None
 
     def replay_hint(self) -> str:
         """The one line that reruns this exact schedule."""
@@ -206,8 +200,24 @@ class GroupResult:
             return f"{label}{len(self.survivors)} process(es) survived the group: pid {pids}"
         return f"{label}all {self.world_size} ranks OK in {self.duration:.3f}s"
 
+    def failures_first(self) -> tuple[RankOutcome, ...]:
+        """Failed ranks in the order they failed (:attr:`first_failure` first, ranks the
+        harness killed last), then the OK ranks by rank number.
+
+        The order of every per-rank report: the root cause leads, so a reader of a
+        four-rank cascade does not scroll past three healthy ranks to find it.
+        """
+        order = {rank: i for i, rank in enumerate(self.failure_order)}
+        failed = sorted(
+            (o for o in self.outcomes if not o.ok),
+            key=lambda o: (o.status is Status.TIMED_OUT, order.get(o.rank, len(order)), o.rank),
+        )
+        return (*failed, *(o for o in self.outcomes if o.ok))
+
     def report(self) -> str:
-        """Readable text: headline, group facts, then one section per rank."""
+        """Readable text: headline, group facts, then the failed ranks' sections, the first
+        failing rank first, and one line per OK rank (their full sections stay available
+        as ``outcomes[r].report()``)."""
         lines = [
             self.headline(),
             f"group: world_size={self.world_size} duration={self.duration:.3f}s "
@@ -220,15 +230,38 @@ class GroupResult:
             )
         if self.leftover_files:
             lines.append(f"leftover files in workdir: {', '.join(self.leftover_files)}")
-        for outcome in self.outcomes:
+        ordered = self.failures_first()
+        for outcome in ordered:
+            if outcome.ok:
+                continue
             lines.append("")
             lines.extend(_rank_section(outcome))
+        healthy = [o for o in ordered if o.ok]
+        if healthy:
+            lines.append("")
+            lines.extend(_ok_line(o) for o in healthy)
         return "\n".join(lines)
 
     def raise_for_failure(self) -> None:
         """Raise :class:`RankGroupFailure` with the full report unless the group is ok."""
         if not self.ok:
             raise RankGroupFailure(self)
+
+
+def _ok_line(o: RankOutcome) -> str:
+    """An OK rank in one line: it is context, not the story (issue 11: every OK rank used to
+    print a ten-line section).  Faults that fired and the size of its output are named, so
+    nothing that might matter is hidden; the text itself is in ``o.report()``."""
+    extras = []
+    if o.value is not None:
+        extras.append(f"value {_short_repr(o.value, 60)}")
+    if o.faults:
+        extras.append(f"{len(o.faults)} fault(s) fired: " + "; ".join(f.action for f in o.faults))
+    for name, text in (("stdout", o.stdout), ("stderr", o.stderr)):
+        if text.strip():
+            extras.append(f"{name} {len(text.splitlines())} line(s)")
+    tail = f" ({', '.join(extras)})" if extras else ""
+    return f"----- rank {o.rank} (pid {o.pid}): OK in {o.duration:.3f}s{tail}"
 
 
 def _rank_section(o: RankOutcome) -> list[str]:

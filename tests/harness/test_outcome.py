@@ -58,13 +58,15 @@ def test_report_has_a_section_per_rank_with_everything():
     first = text.splitlines()[0]
     assert first == "[lbl] rank 1 SIGNALED by SIGKILL of world_size 2"
     assert "replay: TPBCAST_SEED=77 (pytest: --tpbcast-seed=77)" in text
-    assert "----- rank 0 (pid 1000): OK" in text and "value: [1, 2]" in text
+    # the OK rank is one line, after the failing one; its output is counted, not shown
+    assert "----- rank 0 (pid 1000): OK in 0.000s (value [1, 2], stdout 1 line(s))" in text
+    assert "hello" not in text and "hello" in result.outcomes[0].report()
+    assert text.index("----- rank 1") < text.index("----- rank 0")
     assert "----- rank 1 (pid 1001): SIGNALED in 0.500s" in text
     assert "signal: SIGKILL (9)" in text
     assert "t=+0.012s rank 1 at 'after_handshake': Kill(SIGKILL)" in text
     assert "earlier lines cut" in text  # long output is tailed
     assert "leftover files in workdir: g_0.sock" in text
-    assert "hello" in text
     # each rank's section is also available on its own, e.g. for a test's assert message
     assert result.outcomes[1].report() in text
     assert result.outcomes[1].report().startswith("----- rank 1 (pid 1001): SIGNALED")
@@ -121,3 +123,55 @@ def test_real_time_signals_are_named_like_kill_l():
     assert signal_name(high - 1) == "SIGRTMAX-1"
     assert Kill(low + 2).describe() == "Kill(SIGRTMIN+2)"
     assert SignalStorm(high - 1).describe().startswith("SignalStorm(SIGRTMAX-1,")
+
+
+def test_report_leads_with_the_first_failing_rank_and_collapses_ok_ranks():
+    """Issue 11: a four-rank cascade read rank 0..3 in order, ten lines per OK rank."""
+    fault = FaultRecord(3, "go", "Delay(0.1)", "", 0.001)
+    result = GroupResult(
+        outcomes=(
+            _o(0, Status.TIMED_OUT, signal=15, signal_name="SIGTERM", stack_dump="hang\n"),
+            _o(1, Status.OK, stdout="a\nb\n", stderr="c\n", duration=0.25),
+            _o(2, Status.SIGNALED, signal=9, signal_name="SIGKILL"),
+            _o(3, Status.OK, faults=(fault,)),
+            _o(4, Status.RAISED, exc_type="PeerClosedError", exc_message="peer 2 closed"),
+        ),
+        duration=1.0,
+        seed=1,
+        failure_order=(2, 4, 0),
+    )
+    assert [o.rank for o in result.failures_first()] == [2, 4, 0, 1, 3]
+    lines = result.report().splitlines()
+    sections = [line for line in lines if line.startswith("----- rank ")]
+    assert [line.split()[2] for line in sections] == ["2", "4", "0", "1", "3"]
+    assert sections[3] == (
+        "----- rank 1 (pid 1001): OK in 0.250s (stdout 2 line(s), stderr 1 line(s))"
+    )
+    assert sections[4] == "----- rank 3 (pid 1003): OK in 0.000s (1 fault(s) fired: Delay(0.1))"
+    ok_at = lines.index(sections[3])
+    assert lines[ok_at + 1] == sections[4], "an OK rank is one line, nothing under it"
+    assert lines[ok_at + 2 :] == []
+
+
+def test_exported_names_show_their_public_module():
+    """Tracebacks print ``__module__``: a private ``tpbcast.harness._outcome`` path there
+    cannot be imported from; the façade's name can (and pickles by it)."""
+    import traceback
+
+    from tpbcast import harness
+
+    private = [
+        name
+        for name in harness.__all__
+        if isinstance(getattr(harness, name), type)
+        and getattr(harness, name).__module__.startswith("tpbcast.harness._")
+    ]
+    assert private == []
+    assert harness.run_ranks.__module__ == "tpbcast.harness"
+    bad = GroupResult(outcomes=(_o(0, Status.EXITED, exit_code=3),), duration=0.1, seed=1)
+    try:
+        bad.raise_for_failure()
+    except RankGroupFailure as exc:
+        shown = traceback.format_exception_only(exc)[0]
+    assert shown.startswith("tpbcast.harness.RankGroupFailure: rank 0 EXITED with code 3")
+    assert pickle.loads(pickle.dumps(Status.RAISED)) is Status.RAISED
