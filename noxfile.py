@@ -38,6 +38,26 @@ def conformance(session: nox.Session) -> None:
     session.run("python", "-m", "tpbcast.conformance", *session.posargs)
 
 
+NATIVE_IMPL = "tpbcast.conformance.adapters.native.adapter:make"
+NATIVE_EXPECTATIONS = "conformance/adapters/native/expectations.toml"
+
+
+@nox.session(python=PYTHON)
+def native(session: nox.Session) -> None:
+    """Judge the native C example against its expectations file: only news fails (a FAIL it
+    does not list, or a listed clause that passes now); reports in reports/native/."""
+    _install_project(session)
+    session.run(
+        "python",
+        "-m",
+        "tpbcast.conformance",
+        f"--tpbcast-impl={NATIVE_IMPL}",
+        f"--expectations={NATIVE_EXPECTATIONS}",
+        "--report-dir=reports/native",
+        *session.posargs,
+    )
+
+
 @nox.session(python=PYTHON)
 def mutants(session: nox.Session) -> None:
     """The mutant kill matrix: the suite against each tests/mutants/m_*.py, the reference and
