@@ -23,6 +23,7 @@ import contextlib
 import math
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import threading
@@ -95,18 +96,41 @@ def _stop(sock: socket.socket, proc: subprocess.Popen[bytes], owner: int) -> Non
         proc.wait()
 
 
+class _Program:
+    """The driver's executable, held open from load time and started via /proc/self/fd.
+
+    Why: a rank may drop privileges before it creates its broadcaster (INIT-16 stages
+    EACCES as ``nobody``); an in-process library was loaded before that, and so is this
+    fd, so the executable need not be reachable by path for the new uid (a 0700 cache
+    dir). ``None`` when the command cannot be opened: ``Popen`` then reports it.
+    """
+
+    def __init__(self, command: tuple[str, ...]) -> None:
+        path = command[0] if "/" in command[0] else shutil.which(command[0])
+        self.fd: int | None = None
+        if path is not None:
+            with contextlib.suppress(OSError):
+                self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        if self.fd is not None:
+            weakref.finalize(self, os.close, self.fd)
+
+
 class _Driver:
     """One driver process and its socket; every request/reply goes through :meth:`call`."""
 
-    def __init__(self, command: tuple[str, ...]) -> None:
+    def __init__(self, command: tuple[str, ...], program: _Program | None = None) -> None:
         self.command = command
         self.rank: int | None = None  # for messages: the rank of the last initialize
         self._failed: ExecDriverError | None = None
         self._lock = threading.Lock()
+        self._program = program  # kept alive with the driver that may need it
+        fd = program.fd if program is not None else None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.proc = subprocess.Popen(
                 command,
+                executable=None if fd is None else f"/proc/self/fd/{fd}",
+                pass_fds=() if fd is None else (fd,),
                 stdin=theirs.fileno(),
                 stdout=theirs.fileno(),
                 close_fds=True,
@@ -242,11 +266,13 @@ def _c_int(name: str, value: int) -> int:
 class ExecBroadcaster:
     """The adapter contract's members, each one request to the driver process."""
 
-    def __init__(self, command: tuple[str, ...], hello: Hello) -> None:
+    def __init__(
+        self, command: tuple[str, ...], hello: Hello, program: _Program | None = None
+    ) -> None:
         self.name = hello.name
         self.version = hello.version
         self.capabilities = frozenset(hello.capabilities)
-        self._driver = _Driver(command)
+        self._driver = _Driver(command, program)
         self._rank: int | None = None
 
     @property
@@ -390,5 +416,5 @@ def load_exec_implementation(spec: str) -> Implementation:
         name=hello.name or os.path.basename(command[0]),
         version=hello.version or "unknown",
         capabilities=capabilities,
-        factory=partial(ExecBroadcaster, command, hello),
+        factory=partial(ExecBroadcaster, command, hello, _Program(command)),
     )

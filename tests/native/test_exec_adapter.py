@@ -224,3 +224,12 @@ def test_read_only_peer_buffer_is_refused_before_the_call():
 def test_load_errors_name_the_spec(spec, error, match):
     with pytest.raises(error, match=match):
         load_implementation(spec)
+
+
+def test_the_plugin_option_accepts_an_exec_spec():
+    from tpbcast.fixtures._options import validate_impl
+
+    assert validate_impl(" exec:./drv --x ", "--tpbcast-impl") == "exec:./drv --x"
+    for bad in ("exec:", "exec:   "):
+        with pytest.raises(pytest.UsageError, match=r"or 'exec:<command \.\.\.>'"):
+            validate_impl(bad, "--tpbcast-impl")
