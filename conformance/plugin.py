@@ -33,6 +33,7 @@ What it does, in hook order:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -184,6 +185,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "clause(*ids): the conformance clause ids (e.g. 'WIRE-1') this test judges; "
         "each check inside it judges one of them (tests/_support.check)",
     )
+    _preload_optional("numpy")
     spec = load_spec(config.getoption("tpbcast_registry"))
     config.stash[_SPEC_KEY] = spec
     try:
@@ -215,6 +217,18 @@ def _load_expectations(config: pytest.Config, spec: Spec) -> Expectations | None
         return load_expectations(path, spec)
     except ExpectationsError as exc:
         raise pytest.UsageError(f"--tpbcast-expectations: {exc}") from None
+
+
+def _preload_optional(name: str) -> None:
+    """Import ``name`` now if it is installed, so ranks inherit it instead of importing it.
+
+    The buffer-kind tests hand numpy arrays to the implementation inside forked ranks;
+    without this every rank pays the import again (and the fixtures warn about it).
+    numpy stays optional: a suite run without it judges everything else.  torch is left
+    out on purpose: a parent holding torch makes every fork of the suite's groups slower.
+    """
+    with contextlib.suppress(ImportError):
+        importlib.import_module(name)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
