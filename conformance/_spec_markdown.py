@@ -90,6 +90,12 @@ broadcaster object (see DESIGN.md for the full contract):
 | `is_initialized() -> bool` | yes | |
 | `capabilities` | no | iterable of capability names (below); absent = none |
 | `name`, `version` | no | shown in reports (default: module name, package version) |
+| `resource_pids()` | no | other pids holding the implementation's fds (an `exec:` driver) |
+| `private_fds()` | no | `(pid, fd)` pairs of adapter plumbing, never judged |
+
+The fd clauses (WIRE-1, INIT-3, RESET-2, HYG-3, TIME-1, SEC-11, ...) look at this process and
+the resource pids, fds keyed by `(pid, fd)`, minus the private fds; an in-process adapter
+declares neither.
 
 Capabilities unlock optional members. A clause that lists a capability the implementation does
 not declare is reported UNSUPPORTED, distinct from PASS and FAIL.

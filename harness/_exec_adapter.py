@@ -55,6 +55,7 @@ from ._exec_protocol import (
     request,
 )
 from ._outcome import signal_name
+from ._plumbing import forget_private_fd, register_private_fd
 from ._proc import PR_SET_PDEATHSIG_KILL, set_pdeathsig
 
 __all__ = ["EXEC_PREFIX", "ExecBroadcaster", "load_exec_implementation"]
@@ -76,6 +77,14 @@ _NOT_CARRIED: Final = frozenset(
 _LONG_MAX: Final = 2**31 - 1
 
 
+def _fds_of(pid: int) -> frozenset[int]:
+    """The fds ``pid`` holds now (empty if it is gone or /proc is unreadable)."""
+    try:
+        return frozenset(int(name) for name in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return frozenset()
+
+
 def _die_with(parent: int) -> None:  # pragma: no cover - runs in the child before exec
     """preexec_fn: PDEATHSIG, then make sure the parent did not die before it was set."""
     set_pdeathsig(PR_SET_PDEATHSIG_KILL)
@@ -85,6 +94,8 @@ def _die_with(parent: int) -> None:  # pragma: no cover - runs in the child befo
 
 def _stop(sock: socket.socket, proc: subprocess.Popen[bytes], owner: int) -> None:
     """Close the channel, give the driver :data:`_EXIT_GRACE` to exit, then kill it."""
+    with contextlib.suppress(OSError):
+        forget_private_fd(sock.fileno())
     sock.close()
     if os.getpid() != owner:  # a forked child of the rank: the driver is not ours
         return
@@ -147,11 +158,27 @@ class _Driver:
         finally:
             theirs.close()
         self._sock = ours
+        register_private_fd(ours.fileno())
         self._finalizer = weakref.finalize(self, _stop, ours, self.proc, os.getpid())
+        self.startup_fds: frozenset[int] = frozenset()
+
+    def handshake(self) -> None:
+        """One hello round trip, then record the driver's fds: whatever it holds once it
+        answers (the channel as stdin/stdout, stderr, the program fd, its runtime's own)
+        is plumbing, not something an ``initialize`` opened.  A failure is kept, and the
+        first member call raises it (as every later call does)."""
+        with contextlib.suppress(ExecDriverError, _ErrorReply):
+            self.call("hello", (request(Op.HELLO),))
+        self.startup_fds = _fds_of(self.proc.pid)
 
     def close(self) -> None:
         """Close the channel and reap the driver (see :func:`_stop`)."""
         self._finalizer()
+
+    @property
+    def channel_fd(self) -> int:
+        """The rank's end of the channel (-1 once closed)."""
+        return self._sock.fileno()
 
     def _who(self) -> str:
         rank = f"rank {self.rank}" if self.rank is not None else "a rank (before initialize)"
@@ -273,12 +300,26 @@ class ExecBroadcaster:
         self.version = hello.version
         self.capabilities = frozenset(hello.capabilities)
         self._driver = _Driver(command, program)
+        self._driver.handshake()
         self._rank: int | None = None
 
     @property
     def driver_pid(self) -> int:
         """The driver process's pid (for tests and reports)."""
         return self._driver.proc.pid
+
+    def resource_pids(self) -> tuple[int, ...]:
+        """Optional contract member: the implementation's fds live in the driver, so the
+        suite's fd observations (leaks, listeners, CLOEXEC) must look there too."""
+        return (self._driver.proc.pid,)
+
+    def private_fds(self) -> frozenset[tuple[int, int]]:
+        """Optional contract member, ``(pid, fd)`` pairs of the adapter's plumbing: the
+        rank's end of the channel and the fds the driver held right after it started.
+        Judging them would charge every ``exec:`` implementation with the adapter's fds."""
+        driver = self._driver
+        mine = {(os.getpid(), driver.channel_fd)} if driver.channel_fd >= 0 else set()
+        return frozenset(mine | {(driver.proc.pid, fd) for fd in driver.startup_fds})
 
     def close(self) -> None:
         """End the driver now instead of when this object is collected."""

@@ -22,6 +22,7 @@ from ._context import RankContext
 from ._faults import PlannedFault
 from ._forksafety import make_rank_torch_safe
 from ._mesh import Mesh
+from ._plumbing import private_fds
 from ._proc import (
     PR_SET_PDEATHSIG_KILL,
     describe_fd,
@@ -294,7 +295,7 @@ def _system_exit_code(exc: SystemExit) -> int:
 def _finish(spec: RankSpec, writer: RecordWriter, before: set[int]) -> None:
     if not spec.check_fds:
         return
-    leaked = sorted(open_fds() - before)
+    leaked = sorted(open_fds() - before - private_fds())  # not the adapter's channels
     writer.write("fds", tuple(describe_fd(fd) for fd in leaked))
 
 

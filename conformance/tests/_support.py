@@ -145,41 +145,120 @@ def sock_path(base_path: str) -> str:
     return f"{base_path}_0.sock"
 
 
-def fd_table() -> dict[int, str]:
-    """This process's open fds and what they point at (``/proc/self/fd``)."""
-    table: dict[int, str] = {}
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
+FdKey = tuple[int, int]
+"""An open fd as ``(pid, fd)``: the suite looks at this process and the implementation's others."""
+
+
+def resource_pids(bcast: object = None) -> tuple[int, ...]:
+    """The optional adapter member ``resource_pids()``: other processes holding the
+    implementation's fds (an ``exec:`` driver); ``()`` for in-process adapters."""
+    get = getattr(bcast, "resource_pids", None)
+    return tuple(get()) if callable(get) else ()
+
+
+def private_fds(bcast: object = None) -> frozenset[FdKey]:
+    """The optional adapter member ``private_fds()``: ``(pid, fd)`` pairs of the adapter's
+    plumbing (a driver channel), never counted as the implementation's."""
+    get = getattr(bcast, "private_fds", None)
+    return frozenset(get()) if callable(get) else frozenset()
+
+
+def _proc_fds(pid: int) -> dict[FdKey, str]:
+    here = pid == os.getpid()
+    directory = "/proc/self/fd" if here else f"/proc/{pid}/fd"
+    table: dict[FdKey, str] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return table  # the other process is gone: it holds nothing any more
+    for name in names:
         try:
-            table[fd] = os.readlink(f"/proc/self/fd/{name}")
+            table[(pid, int(name))] = os.readlink(f"{directory}/{name}")
         except OSError:
             continue  # the fd of the listdir itself, closed by now
     return table
 
 
-def new_fds(before: dict[int, str]) -> dict[int, str]:
+def fd_table(bcast: object = None) -> dict[FdKey, str]:
+    """Open fds of this process and of ``bcast``'s resource pids, minus its private fds.
+
+    Keyed by ``(pid, fd)`` so an ``exec:`` implementation's sockets, which live in its
+    driver process, are judged like an in-process implementation's.
+    """
+    table = _proc_fds(os.getpid())
+    for pid in resource_pids(bcast):
+        table.update(_proc_fds(pid))
+    for key in private_fds(bcast):
+        table.pop(key, None)
+    return table
+
+
+def new_fds(before: dict[FdKey, str], bcast: object = None) -> dict[FdKey, str]:
     """Fds open now that were not open (with the same target) in ``before``."""
-    now = fd_table()
-    return {fd: what for fd, what in now.items() if before.get(fd) != what}
+    now = fd_table(bcast)
+    return {key: what for key, what in now.items() if before.get(key) != what}
 
 
-def socket_fds() -> dict[int, str]:
-    """Open socket fds of this process."""
-    return {fd: what for fd, what in fd_table().items() if what.startswith("socket:")}
+def socket_fds(bcast: object = None) -> dict[FdKey, str]:
+    """Open socket fds of this process and of ``bcast``'s resource pids."""
+    return {key: what for key, what in fd_table(bcast).items() if what.startswith("socket:")}
 
 
-def cloexec_missing() -> list[str]:
-    """Socket fds of this process without FD_CLOEXEC."""
+_SYS_PIDFD_GETFD: Final = 438  # the same number on every Linux architecture
+
+
+def dup_fd(key: FdKey) -> int:
+    """A new fd of this process for ``key``'s open file: ``os.dup`` for our own fds,
+    ``pidfd_getfd(2)`` for another process's (same uid or ptrace permission).
+
+    :raises OSError: the fd (or its process) is gone, or we may not take it.
+    """
+    pid, fd = key
+    if pid == os.getpid():
+        return os.dup(fd)
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        got = int(libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0))
+        if got < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"pidfd_getfd(pid {pid}, fd {fd}): {os.strerror(err)}")
+        return got
+    finally:
+        os.close(pidfd)
+
+
+def cloexec(key: FdKey) -> bool | None:
+    """FD_CLOEXEC of ``key`` (from ``/proc/<pid>/fdinfo`` for another process); None if gone."""
     import fcntl
 
-    bad = []
-    for fd, what in socket_fds().items():
+    pid, fd = key
+    if pid == os.getpid():
         try:
-            flags = fcntl.fcntl(fd, fcntl.F_GETFD)
+            return bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC)
         except OSError:
-            continue
-        if not flags & fcntl.FD_CLOEXEC:
-            bad.append(f"fd {fd} ({what})")
+            return None
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+            for line in info:
+                if line.startswith("flags:"):
+                    return bool(int(line.split()[1], 8) & os.O_CLOEXEC)
+    except OSError:
+        return None
+    return None
+
+
+def cloexec_missing(bcast: object = None) -> list[str]:
+    """Socket fds of this process (and ``bcast``'s resource pids) without FD_CLOEXEC."""
+    bad = []
+    own = os.getpid()
+    for key, what in socket_fds(bcast).items():
+        if cloexec(key) is False:
+            pid, fd = key
+            where = f"fd {fd}" if pid == own else f"pid {pid} fd {fd}"
+            bad.append(f"{where} ({what})")
     return bad
 
 
@@ -469,14 +548,14 @@ def announce(sock: socket.socket, rank: int) -> None:
     sock.sendall(struct.pack("=i", rank))
 
 
-def listening_sockets(before: dict[int, str]) -> list[str]:
+def listening_sockets(before: dict[FdKey, str], bcast: object = None) -> list[str]:
     """Addresses of listening sockets opened since ``before`` (``SO_ACCEPTCONN``)."""
     found = []
-    for fd, what in new_fds(before).items():
+    for key, what in new_fds(before, bcast).items():
         if not what.startswith("socket:"):
             continue
         try:
-            sock = socket.socket(fileno=os.dup(fd))
+            sock = socket.socket(fileno=dup_fd(key))
         except OSError:
             continue
         with sock:

@@ -272,16 +272,16 @@ def turn_away_peers(path: str, peers: int = 1, timeout: float = s.OBSERVE) -> in
     return turned
 
 
-def shutdown_leaked(before: dict[int, str]) -> int:
+def shutdown_leaked(before: dict[s.FdKey, str], bcast: object = None) -> int:
     """Shut down every socket opened since ``before`` (``_support.fd_table()``) that is
     still open: connections an implementation kept after ``reset()``.  The other side
     then sees EOF.  Returns how many were shut down."""
     count = 0
-    for fd, what in s.new_fds(before).items():
+    for key, what in s.new_fds(before, bcast).items():
         if not what.startswith("socket:"):
             continue
         try:
-            sock = socket.socket(fileno=os.dup(fd))
+            sock = socket.socket(fileno=s.dup_fd(key))
         except OSError:
             continue
         with sock:

@@ -303,7 +303,7 @@ def _state(rig, base_path):
         st = os.stat(sock)
         ident = (st.st_dev, st.st_ino)
     return {
-        "fds": s.fd_table(),
+        "fds": s.fd_table(rig.bcast),
         "entries": s.entries(rig.ctx.workdir),
         "socket": ident,
         "generation": rig.bcast.generation if rig.impl.supports("generation") else None,
@@ -314,7 +314,7 @@ def _changes(rig, base_path, before):
     """Everything that differs from ``before`` (empty: no side effect)."""
     after = _state(rig, base_path)
     changed: dict[str, object] = {}
-    opened = s.new_fds(before["fds"])
+    opened = s.new_fds(before["fds"], rig.bcast)
     closed = sorted(set(before["fds"]) - set(after["fds"]))
     if opened or closed:
         changed["fds"] = {"opened": opened, "closed": closed}

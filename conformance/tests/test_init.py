@@ -156,14 +156,14 @@ def test_bad_arguments_rejected_before_any_socket(tpbcast_run, tpbcast_impl, ran
             listener.bind(address)
             listener.listen(1)
         bcast = s.short(tpbcast_impl)
-        before, listing = s.socket_fds(), s.entries(ctx.workdir)
+        before, listing = s.socket_fds(bcast), s.entries(ctx.workdir)
         seen: list[str] = []
 
         def socket_work():
             found = []
             if listener is not None and _has_pending_connection(listener):
                 found.append("connected to the listening rank 0")
-            fds = {fd: what for fd, what in s.socket_fds().items() if before.get(fd) != what}
+            fds = {k: what for k, what in s.socket_fds(bcast).items() if before.get(k) != what}
             if fds:
                 found.append(f"opened socket fd(s) {sorted(fds)}")
             files = sorted(set(s.entries(ctx.workdir)) - set(listing))
@@ -268,7 +268,7 @@ def test_world_size_one_creates_no_socket(tpbcast_run, tpbcast_impl):
         initialized = bcast.is_initialized()
         buf = bytearray(b"unchanged")
         raised = s.attempt(bcast.broadcast, buf)
-        after = (s.socket_fds() == before, s.entries(ctx.workdir) == listing)
+        after = (s.socket_fds(bcast) == before, s.entries(ctx.workdir) == listing)
         bcast.reset()
         return initialized, after, raised, bytes(buf)
 
@@ -294,11 +294,11 @@ def test_identical_reinit_is_a_noop(tpbcast_run, tpbcast_impl, world):
     def target(ctx):
         bcast = s.make(tpbcast_impl)
         bcast.initialize(ctx.rank, world, ctx.base_path)
-        fds = s.socket_fds()
+        fds = s.socket_fds(bcast)
         call = _Call(bcast.initialize, ctx.rank, world, ctx.base_path)
         if not call.wait(s.SHORT + s.MARGIN):
             return call.ended(), None, None, None  # busy in a bootstrap: nothing more to ask
-        same = s.socket_fds() == fds
+        same = s.socket_fds(bcast) == fds
         digest = _check_group(ctx, bcast) if world > 1 else None
         initialized = bcast.is_initialized()
         bcast.reset()
@@ -687,7 +687,7 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
                 return call.ended(), None, None, None
             clean = (
                 bcast.is_initialized(),
-                s.new_fds(before),
+                s.new_fds(before, bcast),
                 s.kind_of(s.sock_path(ctx.base_path)),
             )
             if not call.ended().failed:
@@ -751,7 +751,7 @@ def test_failed_initialize_cleans_up_and_retry_works_peer(tpbcast_run, tpbcast_i
         bcast = s.make(tpbcast_impl, connect=10.0, init=10.0)
         before = s.fd_table()
         raised = s.attempt(bcast.initialize, 1, 2, ctx.base_path)
-        clean = bcast.is_initialized(), s.new_fds(before)
+        clean = bcast.is_initialized(), s.new_fds(before, bcast)
         if raised is None:
             bcast.reset()  # it took the wrong probe: no fault to clean up after
         ctx.wait("rogue_gone", timeout=15)
@@ -947,13 +947,13 @@ def test_connect_fails_at_once_on_eacces(tpbcast_run, tpbcast_impl):
         )
 
 
-def _connected_to(before, path):
+def _connected_to(before, path, bcast=None):
     """True if a socket opened since ``before`` is connected to ``path`` (getpeername)."""
-    for fd, what in s.new_fds(before).items():
+    for key, what in s.new_fds(before, bcast).items():
         if not what.startswith("socket:"):
             continue
         try:
-            sock = socket.socket(fileno=os.dup(fd))
+            sock = socket.socket(fileno=s.dup_fd(key))
         except OSError:
             continue  # closed meanwhile (a refused connect attempt)
         with sock:

@@ -51,13 +51,13 @@ def test_reset_closes_fds_removes_socket_and_uninitializes(tpbcast_run, tpbcast_
         before = s.fd_table()
         bcast = s.make(tpbcast_impl)
         bcast.initialize(ctx.rank, ctx.world_size, ctx.base_path)
-        opened = s.new_fds(before)
+        opened = s.new_fds(before, bcast)
         s.group_roundtrip(ctx, bcast, WANT)
         ctx.sync("done")
         bcast.reset()
         return (
             opened,
-            s.new_fds(before),
+            s.new_fds(before, bcast),
             s.kind_of(s.sock_path(ctx.base_path)),
             bcast.is_initialized(),
             s.attempt(bcast.broadcast, bytearray(8)),
@@ -173,7 +173,7 @@ def test_peer_sees_root_reset_as_closed(tpbcast_run, tpbcast_impl):
             # without an io deadline): release it once PROMPT has passed.
             if _watch.notified(ctx, "peer_done", PROMPT + 1.0):
                 return 0
-            return _watch.shutdown_leaked(before)
+            return _watch.shutdown_leaked(before, bcast)
         ctx.notify("peer_waiting")
         raised = s.attempt(bcast.broadcast, bytearray(1000))
         ctx.notify("peer_done")
@@ -218,7 +218,7 @@ def test_root_sees_peer_reset_as_closed(tpbcast_run, tpbcast_impl):
             # (for ever without an io deadline): release it once PROMPT has passed.
             if _watch.notified(ctx, "root_done", PROMPT + 1.0):
                 return 0
-            return _watch.shutdown_leaked(before)
+            return _watch.shutdown_leaked(before, bcast)
         ctx.wait("peer_reset", timeout=10)
         raised = s.attempt(bcast.broadcast, bytearray(8 * s.MiB))
         ctx.notify("root_done")

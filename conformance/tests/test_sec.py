@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import fcntl
 import os
 import stat
 
@@ -452,12 +451,8 @@ def test_every_fd_is_close_on_exec(tpbcast_run, tpbcast_impl, world_size):
         before = s.fd_table()
         bcast = s.make(tpbcast_impl)
         bcast.initialize(ctx.rank, ctx.world_size, ctx.base_path)
-        opened = {fd: w for fd, w in s.new_fds(before).items() if w.startswith("socket:")}
-        bad = [
-            f"fd {fd} ({w})"
-            for fd, w in opened.items()
-            if not fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
-        ]
+        opened = {k: w for k, w in s.new_fds(before, bcast).items() if w.startswith("socket:")}
+        bad = [f"pid {k[0]} fd {k[1]} ({w})" for k, w in opened.items() if s.cloexec(k) is False]
         ctx.sync("checked")
         bcast.reset()
         return len(opened), bad

@@ -133,7 +133,7 @@ def test_peer_that_never_arrives(tpbcast_run, tpbcast_impl):
         before = s.fd_table()
         bcast = s.short(tpbcast_impl, init=s.SHORT)
         raised = s.attempt(bcast.initialize, 0, 3, ctx.base_path)
-        leaked, sock = s.new_fds(before), s.kind_of(path)
+        leaked, sock = s.new_fds(before, bcast), s.kind_of(path)
         ctx.notify("root_done")
         return raised, leaked, sock
 

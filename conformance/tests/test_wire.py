@@ -47,7 +47,7 @@ def test_root_sends_raw_payloads_to_byte_level_peers(tpbcast_run, tpbcast_impl, 
             before = s.fd_table()
             bcast = s.make(tpbcast_impl)
             bcast.initialize(0, ctx.world_size, ctx.base_path)
-            listening = s.listening_sockets(before)
+            listening = s.listening_sockets(before, bcast)
             for data in (first, second):
                 bcast.broadcast(bytearray(data))
             bcast.reset()
@@ -113,7 +113,7 @@ def test_peers_speak_wire_v1_to_byte_level_root(tpbcast_run, tpbcast_impl, world
         before = s.fd_table()
         bcast = s.make(tpbcast_impl)
         bcast.initialize(ctx.rank, ctx.world_size, ctx.base_path)
-        listening = s.listening_sockets(before)
+        listening = s.listening_sockets(before, bcast)
         got = []
         for size in sizes:
             buf = bytearray(size)
