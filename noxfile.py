@@ -157,7 +157,9 @@ def examples(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def forked(session: nox.Session) -> None:
     """The plugin under pytest --forked, on the newest pytest that pytest-forked supports."""
-    session.install(*CONSTRAINTS, FORKED_PYTEST, "pytest-forked", "pytest-xdist>=3.6")
+    session.install(
+        *CONSTRAINTS, FORKED_PYTEST, "pytest-forked", "pytest-xdist>=3.6", "numpy>=1.26"
+    )
     session.install(*CONSTRAINTS, "-e", ".", *EXAMPLES)
     session.run("pytest", "-p", "no:cacheprovider", "tests/fixtures", *session.posargs)
     for example in EXAMPLES:
