@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from tpbcast.harness._proc import set_pdeathsig
 
 REFERENCE: Final = "tpbcast.reference_impl.conformance_adapter:make"
 BAD: Final = frozenset({"FAIL", "ERROR"})
@@ -48,15 +50,26 @@ class Run:
         return f"| {self.index} | {load} | {self.wall:.1f} s | {self.exit_status} | {bad} |"
 
 
-def _spin() -> None:  # pragma: no cover - runs in the hog process
-    while True:
-        pass
+def _dies_with_us(sig: int) -> None:
+    """``preexec_fn`` that makes a child get ``sig`` when this script dies.
+
+    A killed script must leave nothing behind: the hog loops forever, and a conformance
+    run would go on judging for nobody.  (multiprocessing's hog left a busy loop and its
+    resource tracker re-parented to init when the script was killed.)
+    """
+    set_pdeathsig(sig)
+
+
+def _start_hog() -> subprocess.Popen[bytes]:
+    """A busy loop on one core (the load of a shared CI runner)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "while True: pass"],
+        preexec_fn=lambda: _dies_with_us(signal.SIGKILL),  # noqa: PLW1509 - one thread
+    )
 
 
 def _one(index: int, impl: str, loaded: bool, extra: list[str]) -> Run:
-    hog = multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
-    if loaded:
-        hog.start()
+    hog = _start_hog() if loaded else None
     try:
         with tempfile.TemporaryDirectory(prefix="tpbcast-flake-") as tmp:
             started = time.monotonic()
@@ -72,6 +85,7 @@ def _one(index: int, impl: str, loaded: bool, extra: list[str]) -> Run:
                 capture_output=True,
                 text=True,
                 check=False,
+                preexec_fn=lambda: _dies_with_us(signal.SIGTERM),
             )
             wall = time.monotonic() - started
             report = Path(tmp) / "conformance.json"
@@ -80,9 +94,9 @@ def _one(index: int, impl: str, loaded: bool, extra: list[str]) -> Run:
                 return Run(index, loaded, wall, proc.returncode, (f"no report: {tail}",))
             doc = json.loads(report.read_text())
     finally:
-        if hog.is_alive():
+        if hog is not None:
             hog.kill()
-            hog.join()
+            hog.wait()
     bad = tuple(
         f"{c['id']} {c['verdict']}: {(c['message'].splitlines() or [''])[0][:200]}"
         for c in doc["clauses"]
