@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="reports/flake", help="where summary.md goes")
     parser.add_argument("extra", nargs="*", help="passed on to python -m tpbcast.conformance")
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the temporary report dirs and the hog go too.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     runs = []
     for index in range(1, args.runs + 1):
         run = _one(index, args.impl, loaded=index % 2 == 0, extra=args.extra)
