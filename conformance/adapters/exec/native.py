@@ -9,25 +9,16 @@ rank's PDEATHSIG and process group still hold), which makes
 
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from tpbcast.conformance.adapters.native._build import (
-    NativeBuildError,
-    _check_private,
-    cache_dir,
-    find_compiler,
-)
+from tpbcast.conformance.adapters.native._build import build_cached
 from tpbcast.conformance.adapters.native._build import source as cbcast_source
 
 __all__ = ["driver_path", "exec_spec", "header_path", "main"]
 
 CFLAGS = ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror")
-_BUILD_TIMEOUT = 120.0
 
 
 def header_path() -> Path:
@@ -45,38 +36,8 @@ def driver_path() -> Path:
 
     :raises NativeBuildError: no C compiler, or it rejected the sources.
     """
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in _sources())).hexdigest()[:16]
-    out_dir = cache_dir()
-    target = out_dir / f"cbcast-driver-{digest}"
-    if out_dir.exists():
-        _check_private(out_dir)
-    if target.exists():
-        return target
-    compiler = find_compiler()
-    out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _check_private(out_dir)
-    fd, tmp = tempfile.mkstemp(prefix=".cbcast-driver-", suffix=".tmp", dir=out_dir)
-    os.close(fd)
-    try:
-        driver_c, cbcast_c, _ = _sources()
-        cmd = [*compiler, *CFLAGS, "-o", tmp, str(driver_c), str(cbcast_c)]
-        try:
-            done = subprocess.run(
-                cmd, check=False, capture_output=True, text=True, timeout=_BUILD_TIMEOUT
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise NativeBuildError(
-                f"{' '.join(cmd)} did not finish within {_BUILD_TIMEOUT:.0f} s"
-            ) from exc
-        if done.returncode != 0:
-            raise NativeBuildError(
-                f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr.strip()}"
-            )
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+    driver_c, cbcast_c, _ = sources = _sources()
+    return build_cached("cbcast-driver", sources, [*CFLAGS, str(driver_c), str(cbcast_c)])
 
 
 def exec_spec() -> str:

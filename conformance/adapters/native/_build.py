@@ -16,10 +16,18 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["CFLAGS", "NativeBuildError", "cache_dir", "find_compiler", "library_path", "source"]
+__all__ = [
+    "CFLAGS",
+    "NativeBuildError",
+    "build_cached",
+    "cache_dir",
+    "find_compiler",
+    "library_path",
+    "source",
+]
 
 CFLAGS = ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared")
 _BUILD_TIMEOUT = 120.0
@@ -78,12 +86,27 @@ def _check_private(directory: Path) -> None:
         )
 
 
-def library_path(environ: Mapping[str, str] | None = None) -> Path:
-    """Return the built library for the current source, building it if needed."""
-    src = source()
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+def build_cached(
+    stem: str,
+    sources: Sequence[Path],
+    compile_args: Sequence[str],
+    *,
+    suffix: str = "",
+    environ: Mapping[str, str] | None = None,
+) -> Path:
+    """Return ``<cache>/<stem>-<digest><suffix>`` built from ``sources``, building it if needed.
+
+    The digest covers every file in ``sources`` (headers too), so an edited source gets a
+    new name and a stale build is never reused.  ``compile_args`` are the compiler
+    arguments after the flags and the output (the ``.c`` files).  The build goes to a
+    temporary name and is renamed into place: a racing worker sees the old name or a
+    whole file, never a half-written one.
+
+    :raises NativeBuildError: no C compiler, an unsafe cache dir, or the compiler failed.
+    """
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
     out_dir = cache_dir(environ)
-    target = out_dir / f"libcbcast-{digest}.so"
+    target = out_dir / f"{stem}-{digest}{suffix}"
     if out_dir.exists():
         _check_private(out_dir)
     if target.exists():
@@ -91,10 +114,10 @@ def library_path(environ: Mapping[str, str] | None = None) -> Path:
     compiler = find_compiler(environ)
     out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     _check_private(out_dir)
-    fd, tmp = tempfile.mkstemp(prefix=".libcbcast-", suffix=".so.tmp", dir=out_dir)
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=f"{suffix}.tmp", dir=out_dir)
     os.close(fd)
     try:
-        cmd = [*compiler, *CFLAGS, "-o", tmp, str(src)]
+        cmd = [*compiler, "-o", tmp, *compile_args]
         try:
             done = subprocess.run(
                 cmd, check=False, capture_output=True, text=True, timeout=_BUILD_TIMEOUT
@@ -107,8 +130,14 @@ def library_path(environ: Mapping[str, str] | None = None) -> Path:
             raise NativeBuildError(
                 f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr.strip()}"
             )
-        os.replace(tmp, target)  # atomic: a racing worker sees the old name or a whole file
+        os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return target
+
+
+def library_path(environ: Mapping[str, str] | None = None) -> Path:
+    """Return the built library for the current source, building it if needed."""
+    src = source()
+    return build_cached("libcbcast", [src], [*CFLAGS, str(src)], suffix=".so", environ=environ)
