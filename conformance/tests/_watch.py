@@ -12,6 +12,8 @@ waits for the call a bounded time (longer than the deadline under test plus its 
 could.  Against a conforming implementation nothing here is ever needed: the call fails
 within its deadline, the rank notifies, and the watcher returns without touching anything.
 
+* :class:`Call` runs a call in a daemon thread, so a rank can stop waiting for it
+  (:class:`Ended` says how far it got);
 * :func:`poke` connects to a rank 0 waiting for peers and closes at once (it sees a
   connection end before its rank announcement);
 
@@ -293,6 +295,64 @@ def shutdown_leaked(before: dict[s.FdKey, str], bcast: object = None) -> int:
                 continue
         count += 1
     return count
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a :class:`Call` ended, as far as the rank waited for it (picklable)."""
+
+    done: bool
+    raised: s.Raised | None
+    value: Any
+    waited: float
+
+    @property
+    def failed(self) -> bool:
+        """The call ended by raising."""
+        return self.done and self.raised is not None
+
+    def __str__(self) -> str:
+        if not self.done:
+            return f"still inside the call {self.waited:.2f}s after it started"
+        return "returned normally" if self.raised is None else str(self.raised)
+
+    __repr__ = __str__
+
+
+class Call:
+    """``fn(*args)`` in a daemon thread, so a rank can stop waiting for it.
+
+    A call that never returns is left behind when the rank ends (ranks end in
+    ``os._exit``): never touch that broadcaster again, it is still busy.
+    """
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._out: dict[str, tuple[s.Raised | None, Any]] = {}
+        self.started = time.monotonic()
+
+        def run() -> None:
+            start = time.monotonic()
+            try:
+                value = fn(*args)
+            except Exception as exc:
+                self._out["end"] = (s.capture(exc, time.monotonic() - start), None)
+            else:
+                self._out["end"] = (None, value)
+
+        threading.Thread(target=run, daemon=True, name="tpbcast-call").start()
+
+    @property
+    def done(self) -> bool:
+        return "end" in self._out
+
+    def wait(self, timeout: float, until: Callable[[], bool] | None = None) -> bool:
+        """Up to ``timeout`` s for the call to end (or ``until()`` to hold); True if it ended."""
+        s.wait_for(lambda: self.done or (until is not None and until()), timeout)
+        return self.done
+
+    def ended(self) -> Ended:
+        raised, value = self._out.get("end", (None, None))
+        return Ended(self.done, raised, value, time.monotonic() - self.started)
 
 
 def notified(ctx: Any, name: str, timeout: float) -> bool:

@@ -2,7 +2,7 @@
 
 Every check names one clause and is soft (``s.check``): a failed check never hides the
 test's later ones.  A call that a wrong implementation could leave blocked (one with no
-deadline, or a bootstrap it should never have started) runs in a :class:`_Call` thread
+deadline, or a bootstrap it should never have started) runs in a :class:`_watch.Call` thread
 that the rank stops waiting for after a bounded time, releasing it the way a peer or a
 rank 0 could: the test then judges what it saw, FAIL within seconds, instead of the
 harness stopping a hung rank (ERROR) after the group deadline.
@@ -20,8 +20,6 @@ import struct
 import termios
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
@@ -33,64 +31,6 @@ from ._support import rogue_peer, rogue_root
 
 _CHECK_SIZES = [33]
 PROBE = 0x5A
-
-
-@dataclass(frozen=True)
-class _Ended:
-    """How a :class:`_Call` ended, as far as the rank waited for it (picklable)."""
-
-    done: bool
-    raised: s.Raised | None
-    value: Any
-    waited: float
-
-    @property
-    def failed(self) -> bool:
-        """The call ended by raising."""
-        return self.done and self.raised is not None
-
-    def __str__(self) -> str:
-        if not self.done:
-            return f"still inside the call {self.waited:.2f}s after it started"
-        return "returned normally" if self.raised is None else str(self.raised)
-
-    __repr__ = __str__
-
-
-class _Call:
-    """``fn(*args)`` in a daemon thread, so a rank can stop waiting for it.
-
-    A call that never returns is left behind when the rank ends (ranks end in
-    ``os._exit``): never touch that broadcaster again, it is still busy.
-    """
-
-    def __init__(self, fn, *args):
-        self._out: dict[str, tuple[s.Raised | None, Any]] = {}
-        self.started = time.monotonic()
-
-        def run():
-            start = time.monotonic()
-            try:
-                value = fn(*args)
-            except Exception as exc:
-                self._out["end"] = (s.capture(exc, time.monotonic() - start), None)
-            else:
-                self._out["end"] = (None, value)
-
-        threading.Thread(target=run, daemon=True, name="tpbcast-call").start()
-
-    @property
-    def done(self) -> bool:
-        return "end" in self._out
-
-    def wait(self, timeout, until=None) -> bool:
-        """Up to ``timeout`` s for the call to end (or ``until()`` to hold); True if it ended."""
-        s.wait_for(lambda: self.done or (until is not None and until()), timeout)
-        return self.done
-
-    def ended(self) -> _Ended:
-        raised, value = self._out.get("end", (None, None))
-        return _Ended(self.done, raised, value, time.monotonic() - self.started)
 
 
 def _check_group(ctx, bcast):
@@ -173,7 +113,7 @@ def test_bad_arguments_rejected_before_any_socket(tpbcast_run, tpbcast_impl, ran
                 seen.extend(found)
             return bool(found)
 
-        call = _Call(bcast.initialize, rank, world, base)
+        call = _watch.Call(bcast.initialize, rank, world, base)
         call.wait(budget, until=socket_work)
         socket_work()
         if not call.done:
@@ -295,7 +235,7 @@ def test_identical_reinit_is_a_noop(tpbcast_run, tpbcast_impl, world):
         bcast = s.make(tpbcast_impl)
         bcast.initialize(ctx.rank, world, ctx.base_path)
         fds = s.socket_fds(bcast)
-        call = _Call(bcast.initialize, ctx.rank, world, ctx.base_path)
+        call = _watch.Call(bcast.initialize, ctx.rank, world, ctx.base_path)
         if not call.wait(s.SHORT + s.MARGIN):
             return call.ended(), None, None, None  # busy in a bootstrap: nothing more to ask
         same = s.socket_fds(bcast) == fds
@@ -355,7 +295,7 @@ def test_different_reinit_raises_and_keeps_the_group(tpbcast_run, tpbcast_impl):
         ]
         tries = []
         for what, old, new, args in changes:
-            call = _Call(bcast.initialize, *args)
+            call = _watch.Call(bcast.initialize, *args)
             call.wait(budget)
             tries.append((what, old, new, call.ended()))
             if not call.done:
@@ -363,7 +303,7 @@ def test_different_reinit_raises_and_keeps_the_group(tpbcast_run, tpbcast_impl):
                 # anything more (the other rank's broadcast then ends at our exit).
                 return tries, None, None
         initialized = bcast.is_initialized()
-        group = _Call(_check_group, ctx, bcast)
+        group = _watch.Call(_check_group, ctx, bcast)
         group.wait(s.GROUP_TIMEOUT / 2)
         digest = group.ended().value
         if group.done:
@@ -447,7 +387,7 @@ def _rank0_against_rogues(tpbcast_impl, rogues, world, init=3.0):
     def target(ctx):
         if ctx.rank == 0:
             bcast = s.make(tpbcast_impl, init=init)
-            call = _Call(bcast.initialize, 0, world, ctx.base_path)
+            call = _watch.Call(bcast.initialize, 0, world, ctx.base_path)
             if not call.wait(s.OBSERVE + s.MARGIN):
                 return call.ended(), None
             state = bcast.is_initialized()
@@ -679,7 +619,7 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
             bcast = s.make(tpbcast_impl, init=10.0)
             state0 = bcast.is_initialized()
             before = s.fd_table()
-            call = _Call(bcast.initialize, 0, 2, ctx.base_path)
+            call = _watch.Call(bcast.initialize, 0, 2, ctx.base_path)
             if not call.wait(s.OBSERVE + s.MARGIN):
                 # Neither failed nor joined: no retry is possible (tell rank 1 first).
                 open(os.path.join(ctx.workdir, "no_retry"), "w").close()
@@ -925,7 +865,7 @@ def test_connect_fails_at_once_on_eacces(tpbcast_run, tpbcast_impl):
         bcast = s.make(tpbcast_impl, connect=5.0, init=5.0)
         # Waited for as long as the connect deadline: an implementation without one that
         # retries EACCES is left retrying (the rank's exit ends it), judged as not failing.
-        call = _Call(bcast.initialize, 1, 2, base)
+        call = _watch.Call(bcast.initialize, 1, 2, base)
         call.wait(5.0)
         return call.ended()  # the harness removes the workdir (we may no longer)
 

@@ -11,28 +11,16 @@ import os
 import signal
 import socket
 import struct
-import threading
 
 import pytest
 
 from tpbcast.conformance.plugin import require
 
 from . import _support as s
+from . import _watch
 from ._support import rogue_peer, rogue_root
 
 PROBE = 0x5A
-
-
-def _call_within(budget, fn, *args):
-    """``fn(*args)`` in a daemon thread, waited for up to ``budget`` s: (ended, what it
-    raised).  A call that has not ended is left behind (the rank ends in ``os._exit``)."""
-    out: dict[str, s.Raised | None] = {}
-    thread = threading.Thread(
-        target=lambda: out.setdefault("raised", s.attempt(fn, *args)), daemon=True
-    )
-    thread.start()
-    thread.join(budget)
-    return "raised" in out, out.get("raised")
 
 
 @pytest.mark.clause("WIRE-1", "WIRE-4", "WIRE-6", "WIRE-9", "WIRE-12")
@@ -297,7 +285,8 @@ def test_peer_initialize_waits_for_the_probe(tpbcast_run, tpbcast_impl):
         bcast = s.make(tpbcast_impl, init=10.0, connect=10.0)
         # A peer that keeps waiting (or reconnecting) after the rogue hung up has not
         # returned without the probe either: stop waiting for it after observe + MARGIN.
-        done, raised = _call_within(observe + s.MARGIN, bcast.initialize, 1, 2, ctx.base_path)
+        call = _watch.Call(bcast.initialize, 1, 2, ctx.base_path)
+        done, raised = call.wait(observe + s.MARGIN), call.ended().raised
         return done, raised, bcast.is_initialized() if done else None
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
