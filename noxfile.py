@@ -170,6 +170,8 @@ def forked(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Ratio benchmarks (never timed assertions): harness fork cost, UDS vs fallback path."""
-    _install_project(session)
+    # matplotlib: the PNG plots in reports/bench/; expecttest: torch's MultiProcessTestCase
+    # (torch.testing._internal.common_distributed), the baseline of bench_harness_cost.py.
+    _install_project(session, "matplotlib", "expecttest")
     session.run("python", "benchmarks/bench_harness.py", *session.posargs)
     session.run("python", "benchmarks/bench_dispatch.py", *session.posargs)
