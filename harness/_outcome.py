@@ -247,6 +247,16 @@ class GroupResult:
         if not self.ok:
             raise RankGroupFailure(self)
 
+    def values(self) -> list[object]:
+        """Every rank's return value (index = rank), once the whole group is ok.
+
+        The one-liner a test wants after ``run_ranks``: a failed group raises
+        :class:`RankGroupFailure` with the full report instead of handing back values
+        of which some are ``None`` because their rank died.
+        """
+        self.raise_for_failure()
+        return [o.value for o in self.outcomes]
+
 
 def _ok_line(o: RankOutcome) -> str:
     """An OK rank in one line: it is context, not the story (issue 11: every OK rank used to

@@ -6,7 +6,15 @@ import pickle
 
 import pytest
 
-from tpbcast.harness import FaultRecord, GroupResult, RankGroupFailure, RankOutcome, Status
+from tpbcast.harness import (
+    FaultRecord,
+    GroupResult,
+    RankContext,
+    RankGroupFailure,
+    RankOutcome,
+    Status,
+    run_ranks,
+)
 
 
 def _o(rank, status, **kw):
@@ -175,3 +183,20 @@ def test_exported_names_show_their_public_module():
         shown = traceback.format_exception_only(exc)[0]
     assert shown.startswith("tpbcast.harness.RankGroupFailure: rank 0 EXITED with code 3")
     assert pickle.loads(pickle.dumps(Status.RAISED)) is Status.RAISED
+
+
+def test_values_hands_back_every_rank_value_in_rank_order() -> None:
+    result = run_ranks(lambda ctx: ctx.rank * 10, 3, timeout=10)
+    assert result.values() == [0, 10, 20]
+
+
+def test_values_of_a_failed_group_raises_with_the_report_naming_the_rank() -> None:
+    def target(ctx: RankContext) -> int:
+        if ctx.rank == 1:
+            raise ValueError("rank one refuses")
+        return ctx.rank
+
+    result = run_ranks(target, 2, timeout=10)
+    assert result.outcomes[1].status is Status.RAISED  # the fault really happened
+    with pytest.raises(RankGroupFailure, match=r"rank 1 RAISED ValueError"):
+        result.values()
