@@ -168,6 +168,16 @@ def forked(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def soak(session: nox.Session) -> None:
+    """Soak an implementation through the adapter (default: the reference): 10,000 checksummed
+    broadcasts at TP 4 with resets and re-inits, fd/RSS per rank first vs last thousand, RSS
+    at TP 8; reports in reports/soak/ (``-- --broadcasts 2000`` for a shorter run,
+    ``-- --impl exec:...`` for another implementation)."""
+    _install_project(session, "matplotlib", torch=False)
+    session.run("python", "benchmarks/soak.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Ratio benchmarks (never timed assertions): harness fork cost, UDS vs fallback path."""
     # matplotlib: the PNG plots in reports/bench/; expecttest: torch's MultiProcessTestCase
