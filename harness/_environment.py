@@ -28,6 +28,7 @@ __all__ = [
     "UidProof",
     "as_foreign_uid",
     "foreign_owner_dir",
+    "leave_stale_socket",
     "loose_dir",
     "regular_file_at",
     "stale_socket",
@@ -155,12 +156,13 @@ def _remove_if_ours(proof: PathProof) -> None:
             os.unlink(proof.path)
 
 
-@contextmanager
-def stale_socket(path: str) -> Iterator[PathProof]:
-    """A real stale socket at ``path``: bound, then closed without unlink.
+def leave_stale_socket(path: str) -> PathProof:
+    """Stage a real stale socket at ``path`` and leave it there: bound, then closed
+    without unlink, exactly what a crashed rank 0 leaves behind.
 
-    The proof is double: ``lstat`` shows a socket, and connecting to it is
-    refused (nobody listens), exactly what a crashed rank 0 leaves behind.
+    For a rank that hands the path to the implementation under test, which may replace
+    or remove it, and whose workdir the harness removes afterwards.  The proof is
+    double: ``lstat`` shows a socket, and connecting to it is refused (nobody listens).
     """
     _refuse_existing("stale_socket", path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -175,6 +177,14 @@ def stale_socket(path: str) -> Iterator[PathProof]:
         with suppress(FileNotFoundError):
             os.unlink(path)
         raise
+    return proof
+
+
+@contextmanager
+def stale_socket(path: str) -> Iterator[PathProof]:
+    """:func:`leave_stale_socket` for the duration of a ``with`` block, removed afterwards
+    unless something else replaced it."""
+    proof = leave_stale_socket(path)
     try:
         yield proof
     finally:

@@ -105,6 +105,10 @@ class RankOutcome:
     faults: tuple[FaultRecord, ...] = ()
     leaked_fds: tuple[str, ...] = ()
     note: str = ""
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+    """The exception the rank raised, as an object (``exc_type``/``exc_message`` name and
+    show it): for ``isinstance`` and its fields.  None unless RAISED, or when it did not
+    pickle across the fork."""
 
     @property
     def ok(self) -> bool:

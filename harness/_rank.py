@@ -10,6 +10,7 @@ import _signal  # type: ignore[import-not-found]  # CPython's C module behind si
 import contextlib
 import faulthandler
 import os
+import pickle
 import signal
 import sys
 import time
@@ -127,6 +128,17 @@ def _exc_type_name(exc: BaseException) -> str:
     cls = type(exc)
     mod = cls.__module__
     return cls.__qualname__ if mod in ("builtins", "__main__") else f"{mod}.{cls.__qualname__}"
+
+
+def _pickled_or_none(exc: BaseException) -> bytes | None:
+    """The exception itself, pickled, so the runner can hand the caller a real object to
+    ``isinstance`` (a layer above reads its fields instead of parsing its text); None when
+    it does not pickle.  Pickled apart from the record: an unpicklable exception must not
+    cost the record its type, message and traceback."""
+    try:
+        return pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return None
 
 
 def _exc_message(exc: BaseException) -> str:
@@ -257,6 +269,7 @@ def _run(
                 "message": _exc_message(exc),
                 "traceback": "".join(traceback.format_exception(exc)),
                 "duration": time.monotonic() - started,
+                "exception": _pickled_or_none(exc),
             },
         )
         _flush_and_save()

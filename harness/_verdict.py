@@ -10,6 +10,7 @@ but nobody can say any more whether it crashed after writing them.
 from __future__ import annotations
 
 import os
+import pickle
 import time
 from dataclasses import dataclass, replace
 
@@ -153,6 +154,18 @@ def _note(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
 
 
+def _unpickled_or_none(data: object) -> BaseException | None:
+    """The rank's exception object, or None if it did not pickle or does not load here
+    (the record's type name, message and traceback still say what it was)."""
+    if not isinstance(data, bytes):
+        return None
+    try:
+        exc = pickle.loads(data)  # noqa: S301 - written by our own forked rank
+    except Exception:
+        return None
+    return exc if isinstance(exc, BaseException) else None
+
+
 def _with_result(
     base: RankOutcome, final: Record | None, rank: int, *, keep_status: bool = False
 ) -> RankOutcome:
@@ -171,6 +184,7 @@ def _with_result(
             exc_type=str(payload.get("type")),
             exc_message=str(payload.get("message")),
             traceback=str(payload.get("traceback")),
+            exception=_unpickled_or_none(payload.get("exception")),
         )
     elif final.kind == "unloadable":
         found = replace(

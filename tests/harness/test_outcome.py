@@ -200,3 +200,36 @@ def test_values_of_a_failed_group_raises_with_the_report_naming_the_rank() -> No
     assert result.outcomes[1].status is Status.RAISED  # the fault really happened
     with pytest.raises(RankGroupFailure, match=r"rank 1 RAISED ValueError"):
         result.values()
+
+
+class _RefusalError(Exception):
+    def __init__(self, clause: str, rank: int) -> None:
+        super().__init__(f"{clause} refused by rank {rank}")
+        self.clause = clause
+        self.rank = rank
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.clause, self.rank))
+
+
+def _raise_refusal(ctx: RankContext) -> None:
+    raise _RefusalError("INIT-1", ctx.rank)
+
+
+def test_a_raised_exception_travels_as_an_object_with_its_fields() -> None:
+    outcome = run_ranks(_raise_refusal, 1, timeout=10).outcomes[0]
+    assert outcome.status is Status.RAISED
+    assert isinstance(outcome.exception, _RefusalError)
+    assert (outcome.exception.clause, outcome.exception.rank) == ("INIT-1", 0)
+
+
+def test_an_exception_that_does_not_pickle_still_reports_type_and_message() -> None:
+    def target(ctx: RankContext) -> None:
+        error = ValueError("carries a lock")
+        error.lock = __import__("threading").Lock()  # type: ignore[attr-defined]
+        raise error
+
+    outcome = run_ranks(target, 1, timeout=10).outcomes[0]
+    assert outcome.status is Status.RAISED
+    assert outcome.exception is None
+    assert (outcome.exc_type, outcome.exc_message) == ("ValueError", "carries a lock")
