@@ -5,9 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import socket
-import struct
-import time
 from typing import Any
 
 from tpbcast.conformance.adapters.native import NativeBroadcastError, make
@@ -60,41 +57,6 @@ def roundtrip_rank(
 
 def expected_digests(seed: int, sizes: tuple[int, ...] = SIZES) -> list[str]:
     return [hashlib.sha256(payload(seed, s)).hexdigest() for s in sizes]
-
-
-def connect_raw(path: str, timeout: float = SHORT) -> socket.socket:
-    """Connect to rank 0's socket, retrying until it exists (bounded)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.connect(path)
-            s.settimeout(timeout)
-            return s
-        except OSError:
-            s.close()
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.02)  # connect retry interval, not synchronisation
-
-
-def listen_raw(path: str) -> socket.socket:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(path)
-    s.listen(8)
-    s.settimeout(SHORT)
-    return s
-
-
-def read_until_eof(s: socket.socket) -> bytes:
-    got = bytearray()
-    while chunk := s.recv(4096):
-        got += chunk
-    return bytes(got)
-
-
-def rank_bytes(k: int) -> bytes:
-    return struct.pack("=i", k)
 
 
 def open_fds() -> set[int]:

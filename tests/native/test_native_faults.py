@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tpbcast.conformance.adapters.native import NativeBroadcastError
+from tpbcast.harness import wire
 
 from . import _ranks
 from ._forkrun import Signal, run_forked, values
@@ -53,19 +54,18 @@ def test_peer_rejects_a_wrong_or_missing_probe(probe, needle, base_path):
     path = base_path + "_0.sock"
 
     def rogue_root():
-        with _ranks.listen_raw(path) as srv:
-            conn, _ = srv.accept()
-            with conn:
-                announced = conn.recv(4, socket.MSG_WAITALL)
-                if probe:
-                    conn.sendall(probe)
-                    return announced, _ranks.read_until_eof(conn)  # peer hangs up
-                return announced, b""  # close without a probe
+        deadline = wire.Deadline.after(_ranks.SHORT)
+        with wire.listen(path, 8) as srv, wire.accept(srv, deadline) as conn:
+            announced = wire.recv_exact(conn, 4, deadline)
+            if probe:
+                wire.send_all(conn, probe, deadline)
+                return announced, wire.recv_until_eof(conn, deadline)  # peer hangs up
+            return announced, b""  # close without a probe
 
     (announced, after), details = values(
         run_forked([rogue_root, lambda: _init_error(1, 2, base_path)])
     )
-    assert announced == _ranks.rank_bytes(1), "the rogue root never saw the handshake"
+    assert announced == wire.pack_rank(1), "the rogue root never saw the handshake"
     assert details is not None, "the peer accepted a bad probe"
     _named(details, rank=1)
     assert details["type"] == "NativeHandshakeError" and needle in details["message"]
@@ -77,15 +77,14 @@ def test_peer_times_out_when_the_probe_never_comes(base_path):
     path = base_path + "_0.sock"
 
     def rogue_root():
-        with _ranks.listen_raw(path) as srv:
-            conn, _ = srv.accept()
-            with conn:
-                return conn.recv(4, socket.MSG_WAITALL), _ranks.read_until_eof(conn)
+        deadline = wire.Deadline.after(_ranks.SHORT)
+        with wire.listen(path, 8) as srv, wire.accept(srv, deadline) as conn:
+            return wire.recv_exact(conn, 4, deadline), wire.recv_until_eof(conn, deadline)
 
     (announced, _), details = values(
         run_forked([rogue_root, lambda: _init_error(1, 2, base_path, init=0.3)])
     )
-    assert announced == _ranks.rank_bytes(1)
+    assert announced == wire.pack_rank(1)
     _named(details, rank=1)
     assert details["type"] == "NativeTimeoutError" and "TimeoutError" in details["mro"]
     assert details["errno_name"] == "ETIMEDOUT" and "waiting for probe" in details["message"]
@@ -106,10 +105,10 @@ def test_peer_connect_deadline_names_the_errno(base_path):
 @pytest.mark.parametrize(
     ("world", "sends", "needle"),
     [
-        (2, [_ranks.rank_bytes(-1)], "bad peer rank -1"),
-        (2, [_ranks.rank_bytes(0)], "bad peer rank 0"),
-        (2, [_ranks.rank_bytes(2)], "bad peer rank 2"),
-        (3, [_ranks.rank_bytes(1), _ranks.rank_bytes(1)], "duplicate peer rank 1"),
+        (2, [wire.pack_rank(-1)], "bad peer rank -1"),
+        (2, [wire.pack_rank(0)], "bad peer rank 0"),
+        (2, [wire.pack_rank(2)], "bad peer rank 2"),
+        (3, [wire.pack_rank(1), wire.pack_rank(1)], "duplicate peer rank 1"),
         (2, [b"\x01\x00"], "peer closed"),
     ],
     ids=["minus-one", "zero", "world-size", "duplicate", "truncated"],
@@ -121,13 +120,14 @@ def test_root_never_accepts_a_bad_peer(world, sends, needle, base_path):
     def rogue_peer(data, index):
         if index:
             first_in.wait()  # the duplicate arrives second, after a valid rank 1
-        with _ranks.connect_raw(path) as s:
-            s.sendall(data)
+        deadline = wire.Deadline.after(_ranks.SHORT)
+        with wire.connect(path, deadline) as s:
+            wire.send_all(s, data, deadline)
             if not index and len(sends) > 1:
                 first_in.notify()
             if len(data) < 4:
                 s.shutdown(socket.SHUT_WR)
-            return _ranks.read_until_eof(s)  # no probe may ever arrive
+            return wire.recv_until_eof(s, deadline)  # no probe may ever arrive
 
     rogues = [(lambda d=d, i=i: rogue_peer(d, i)) for i, d in enumerate(sends)]
     details, *heard = values(
@@ -164,11 +164,14 @@ def test_root_rejects_a_peer_of_another_uid(base_path, short_dir):
             time.sleep(0.01)  # polling a file with a deadline
         os.chmod(path, 0o666)  # open the door the 0600 closed, to reach SO_PEERCRED
         os.setuid(65534)
-        with _ranks.connect_raw(path) as s:
+        deadline = wire.Deadline.after(_ranks.SHORT)
+        with wire.connect(path, deadline) as s:
             try:  # rank 0 may hang up before reading the rank: that is the point
-                s.sendall(_ranks.rank_bytes(1))
-                return _ranks.read_until_eof(s)
-            except (BrokenPipeError, ConnectionResetError):
+                wire.send_all(s, wire.pack_rank(1), deadline)
+                return wire.recv_until_eof(s, deadline)
+            except wire.WireClosedError as exc:  # EPIPE or ECONNRESET on the send
+                if exc.how != "closed":
+                    raise
                 return b""
 
     details, heard = values(run_forked([lambda: _init_error(0, 2, base_path), foreign_peer]))
@@ -240,12 +243,12 @@ def test_root_dying_mid_broadcast_gives_peer_closed_with_byte_count(base_path):
     path = base_path + "_0.sock"
 
     def rogue_root():
-        with _ranks.listen_raw(path) as srv:
-            conn, _ = srv.accept()
-            with conn:
-                announced = conn.recv(4, socket.MSG_WAITALL)
-                conn.sendall(b"\x5a" + b"p" * 1000)  # probe, then 1000 of 4096 bytes
-                return announced
+        deadline = wire.Deadline.after(_ranks.SHORT)
+        with wire.listen(path, 8) as srv, wire.accept(srv, deadline) as conn:
+            announced = wire.recv_exact(conn, 4, deadline)
+            # probe, then 1000 of 4096 bytes
+            wire.send_all(conn, bytes([wire.PROBE]) + b"p" * 1000, deadline)
+            return announced
 
     def peer():
         b = _ranks.native()
@@ -257,7 +260,7 @@ def test_root_dying_mid_broadcast_gives_peer_closed_with_byte_count(base_path):
         return None
 
     announced, details = values(run_forked([rogue_root, peer]))
-    assert announced == _ranks.rank_bytes(1)
+    assert announced == wire.pack_rank(1)
     _named(details, rank=1)
     assert details["type"] == "NativePeerClosedError" and "peer closed" in details["message"]
     assert (details["bytes_done"], details["bytes_total"]) == (1000, 4096)

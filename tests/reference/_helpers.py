@@ -1,27 +1,25 @@
-"""Helpers shared by the reference self-tests: fast configs and a raw wire-v1 speaker.
+"""Helpers shared by the reference self-tests: fast configs, payloads, raw sockets' deadline.
 
-The raw functions here speak the bytes of wire protocol v1 with plain stdlib
-sockets -- deliberately NOT through tpbcast.reference_impl -- so that a mixed
-group (reference rank + raw rank) checks the protocol, not our class against
-itself.
+The raw ranks of these tests speak the bytes of wire protocol v1 through
+``tpbcast.harness.wire`` -- deliberately NOT through tpbcast.reference_impl -- so
+that a mixed group (reference rank + raw rank) checks the protocol, not our class
+against itself.
 """
 
 from __future__ import annotations
 
-import errno
 import importlib.util
 import os
 import random
-import select
 import socket
-import struct
-import time
 
 import pytest
 
+from tpbcast.harness import wire
 from tpbcast.reference_impl import BroadcasterConfig
 
-RAW_PROBE = b"\x5a"
+#: How long a raw socket in these tests waits for the other end.
+RAW_WAIT = 10.0
 
 
 def have(module: str) -> bool:
@@ -61,58 +59,17 @@ def list_fds() -> set[int]:
     return {fd for fd in fds if os.path.exists(f"/proc/self/fd/{fd}")}
 
 
-def raw_connect(address: str | bytes, timeout: float = 10.0) -> socket.socket:
-    """Connect a blocking AF_UNIX stream socket, retrying until rank 0 listens."""
-    deadline = time.monotonic() + timeout
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(address)
-            return sock
-        except OSError as exc:
-            sock.close()
-            if exc.errno not in (errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN):
-                raise
-            if time.monotonic() > deadline:
-                raise
-            select.select([], [], [], 0.01)  # retry interval, as a peer does
+def rest_until_closed(sock: socket.socket, *, allow_reset: bool = True) -> bytes:
+    """Wait for the other end to close ``sock``; return the byte it sent first, if any.
 
-
-def raw_listen(address: str | bytes, backlog: int) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(10.0)
-    sock.bind(address)
-    sock.listen(backlog)
-    return sock
-
-
-def raw_accept(listener: socket.socket) -> socket.socket:
-    """Accept one connection; it gets the listener's deadline too.
-
-    ``socket.accept`` hands back a BLOCKING socket without a timeout (the
-    listener's timeout is not inherited), so every later recv would wait forever.
+    ``b""`` means it closed without sending anything (EOF, or a reset when
+    ``allow_reset``); a byte that arrived first is returned for the test to judge (a
+    probe sent to a peer that should have been refused).  A stream still open after
+    :data:`RAW_WAIT`, or a reset when not allowed, fails the calling rank.
     """
-    conn, _ = listener.accept()
-    conn.settimeout(listener.gettimeout())
-    return conn
-
-
-def raw_recv_exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(min(n - len(out), 1 << 20))
-        if not chunk:
-            raise EOFError(f"EOF after {len(out)}/{n} bytes")
-        out += chunk
-    return bytes(out)
-
-
-def raw_expect_eof(sock: socket.socket) -> None:
-    """The stream must end here: no trailing bytes (no header, no footer)."""
-    extra = sock.recv(16)
-    assert extra == b"", f"unexpected trailing bytes {extra!r}"
-
-
-def pack_rank(rank: int) -> bytes:
-    return struct.pack("=i", rank)
+    seen = wire.expect_closed(sock, wire.Deadline.after(RAW_WAIT), stop_after=1)
+    if seen.extra:
+        return seen.extra
+    if seen.kind is wire.CloseKind.EOF or (allow_reset and seen.kind is wire.CloseKind.RESET):
+        return b""
+    raise AssertionError(f"the other end did not close cleanly: {seen}")

@@ -7,7 +7,6 @@ reaction (error type, fields, message, cleanup).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import signal
@@ -16,7 +15,7 @@ import time
 
 import pytest
 
-from tpbcast.harness import Status, root_dies_mid_broadcast
+from tpbcast.harness import Status, root_dies_mid_broadcast, wire
 from tpbcast.reference_impl import (
     BroadcastTimeoutError,
     BrokenBroadcasterError,
@@ -26,15 +25,7 @@ from tpbcast.reference_impl import (
 )
 
 from ._forkrun import Event, fork_all, values
-from ._helpers import (
-    fast_config,
-    list_fds,
-    pack_rank,
-    raw_accept,
-    raw_connect,
-    raw_listen,
-    raw_recv_exact,
-)
+from ._helpers import RAW_WAIT, fast_config, list_fds, rest_until_closed
 
 MiB = 1 << 20
 
@@ -67,17 +58,14 @@ def _raw_peer(base_path: str, data: bytes, *, hang_up: bool = False, hold: Event
     """Connect, send ``data``; then hang up at once, or wait for rank 0 to close."""
 
     def main() -> bytes:
-        sock = raw_connect(base_path + "_0.sock")
-        sock.sendall(data)
+        sock = wire.connect(wire.socket_path(base_path), wire.Deadline.after(RAW_WAIT))
+        wire.send_all(sock, data, wire.Deadline.after(RAW_WAIT))
         if hang_up:
             sock.close()
             return b""
         if hold is not None:
             hold.wait()
-        try:
-            rest = sock.recv(1)  # rank 0 closes on us: EOF (b"") or a reset
-        except ConnectionResetError:
-            rest = b""
+        rest = rest_until_closed(sock)  # rank 0 closes on us: EOF (b"") or a reset
         sock.close()
         return rest
 
@@ -87,9 +75,9 @@ def _raw_peer(base_path: str, data: bytes, *, hang_up: bool = False, hold: Event
 @pytest.mark.parametrize(
     ("world_size", "announced", "match"),
     [
-        (2, pack_rank(9), "bad peer rank 9 (world_size 2)"),
-        (4, pack_rank(-1), "bad peer rank -1 (world_size 4)"),
-        (2, pack_rank(0), "bad peer rank 0 (world_size 2)"),
+        (2, wire.pack_rank(9), "bad peer rank 9 (world_size 2)"),
+        (4, wire.pack_rank(-1), "bad peer rank -1 (world_size 4)"),
+        (2, wire.pack_rank(0), "bad peer rank 0 (world_size 2)"),
         (2, b"GET ", "bad peer rank 542393671 (world_size 2)"),  # garbage: an HTTP client
     ],
 )
@@ -114,14 +102,14 @@ def test_rank0_rejects_duplicate_peer_rank(base_path: str) -> None:
     first_in = Event()
 
     def first() -> bytes:
-        sock = raw_connect(base_path + "_0.sock")
-        sock.sendall(pack_rank(1))
+        sock = wire.connect(wire.socket_path(base_path), wire.Deadline.after(RAW_WAIT))
+        wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(RAW_WAIT))
         first_in.notify()
-        return sock.recv(1)
+        return rest_until_closed(sock, allow_reset=False)
 
     def second() -> bytes:
         first_in.wait()  # the duplicate must be the second to arrive
-        return _raw_peer(base_path, pack_rank(1))()
+        return _raw_peer(base_path, wire.pack_rank(1))()
 
     root, *peers = fork_all([_root_expecting_failure(base_path, 3), first, second])
     assert values(peers) == [b"", b""]
@@ -135,7 +123,7 @@ def test_truncated_handshake(base_path: str) -> None:
     root, peer = fork_all(
         [
             _root_expecting_failure(base_path, 2),
-            _raw_peer(base_path, pack_rank(1)[:2], hang_up=True),
+            _raw_peer(base_path, wire.pack_rank(1)[:2], hang_up=True),
         ]
     )
     assert values([peer]) == [b""]
@@ -167,24 +155,21 @@ def _silent_then_bad(base_path: str, announced: bytes, init_timeout: float):
     silent_in, done = Event(), Event()
 
     def silent() -> bytes:
-        sock = raw_connect(base_path + "_0.sock")  # connected = in rank 0's accept queue
+        # connected = in rank 0's accept queue
+        sock = wire.connect(wire.socket_path(base_path), wire.Deadline.after(RAW_WAIT))
         silent_in.notify()
         done.wait()
-        try:
-            rest = sock.recv(1)  # rank 0 must have closed on us
-        except ConnectionResetError:
-            rest = b""
+        rest = rest_until_closed(sock)  # rank 0 must have closed on us
         sock.close()
         return rest
 
     def bad() -> tuple[int, float]:
         silent_in.wait()  # the bad announcement comes second
-        sock = raw_connect(base_path + "_0.sock")
-        sock.sendall(announced)
+        sock = wire.connect(wire.socket_path(base_path), wire.Deadline.after(RAW_WAIT))
+        wire.send_all(sock, announced, wire.Deadline.after(RAW_WAIT))
         sent_at = time.monotonic()  # CLOCK_MONOTONIC is host-wide
         if len(announced) == 4:  # a short one is only known to be short once it closes
-            with contextlib.suppress(ConnectionResetError):
-                sock.recv(1)  # rank 0's verdict: EOF or a reset
+            rest_until_closed(sock)  # rank 0's verdict: EOF or a reset
         sock.close()
         return os.getpid(), sent_at
 
@@ -200,9 +185,9 @@ def _silent_then_bad(base_path: str, announced: bytes, init_timeout: float):
 @pytest.mark.parametrize(
     ("announced", "match"),
     [
-        (pack_rank(-1), "bad peer rank -1 (world_size 3)"),
-        (pack_rank(3), "bad peer rank 3 (world_size 3)"),
-        (pack_rank(1)[:2], "closed the connection after 2/4 bytes"),
+        (wire.pack_rank(-1), "bad peer rank -1 (world_size 3)"),
+        (wire.pack_rank(3), "bad peer rank 3 (world_size 3)"),
+        (wire.pack_rank(1)[:2], "closed the connection after 2/4 bytes"),
         (b"GET ", "bad peer rank 542393671 (world_size 3)"),
     ],
     ids=["rank-1", "rank=world", "truncated-close", "garbage"],
@@ -229,23 +214,23 @@ def test_silent_connection_does_not_delay_rejecting_a_duplicate(base_path: str) 
     silent_in, first_in, done = Event(), Event(), Event()
 
     def silent() -> bytes:
-        sock = raw_connect(base_path + "_0.sock")
+        sock = wire.connect(wire.socket_path(base_path), wire.Deadline.after(RAW_WAIT))
         silent_in.notify()
         done.wait()
-        rest = sock.recv(1)
+        rest = rest_until_closed(sock, allow_reset=False)
         sock.close()
         return rest
 
     def first() -> bytes:
         silent_in.wait()
-        sock = raw_connect(base_path + "_0.sock")
-        sock.sendall(pack_rank(1))
+        sock = wire.connect(wire.socket_path(base_path), wire.Deadline.after(RAW_WAIT))
+        wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(RAW_WAIT))
         first_in.notify()
-        return sock.recv(1)
+        return rest_until_closed(sock, allow_reset=False)
 
     def second() -> tuple[int, bytes]:
         first_in.wait()  # the duplicate must be the second to announce
-        return os.getpid(), _raw_peer(base_path, pack_rank(1))()
+        return os.getpid(), _raw_peer(base_path, wire.pack_rank(1))()
 
     root = _root_expecting_failure(base_path, 4, after=done, init_timeout=6.0)
     err_etc, silent_rest, first_rest, (second_pid, second_rest) = values(
@@ -265,9 +250,9 @@ def test_surplus_silent_connection_is_dropped_once_all_ranks_are_in(base_path: s
     silent_in = Event()
 
     def silent() -> bytes:
-        sock = raw_connect(base_path + "_0.sock")
+        sock = wire.connect(wire.socket_path(base_path), wire.Deadline.after(RAW_WAIT))
         silent_in.notify()
-        rest = sock.recv(1)  # EOF: never probed
+        rest = rest_until_closed(sock, allow_reset=False)  # EOF: never probed
         sock.close()
         return rest
 
@@ -342,10 +327,11 @@ def test_stale_socket_without_listener_is_retried_then_times_out(base_path: str)
 
 def _raw_root(base_path: str, reply: bytes):
     def main() -> bytes:
-        listener = raw_listen(base_path + "_0.sock", 1)
-        conn = raw_accept(listener)
-        rank = raw_recv_exact(conn, 4)
-        conn.sendall(reply)
+        deadline = wire.Deadline.after(RAW_WAIT)
+        listener = wire.listen(wire.socket_path(base_path), 1)
+        conn = wire.accept(listener, deadline)
+        rank = wire.recv_exact(conn, 4, deadline)
+        wire.send_all(conn, reply, deadline)
         conn.close()
         listener.close()
         return rank
@@ -363,7 +349,7 @@ def test_peer_rejects_wrong_probe_byte(base_path: str) -> None:
         return info.value
 
     root, rank1 = fork_all([_raw_root(base_path, b"\x13"), peer])
-    assert values([root]) == [pack_rank(1)]
+    assert values([root]) == [wire.pack_rank(1)]
     err = values([rank1])[0]
     assert "expected 0x5a, got 0x13" in str(err)
     assert err.errno_name is None and "Success" not in str(err)
@@ -377,7 +363,7 @@ def test_root_closes_before_probe(base_path: str) -> None:
         return info.value
 
     root, rank1 = fork_all([_raw_root(base_path, b""), peer])
-    assert values([root]) == [pack_rank(1)]
+    assert values([root]) == [wire.pack_rank(1)]
     err = values([rank1])[0]
     assert err.phase == "probe" and "closed" in str(err) and "Success" not in str(err)
 
@@ -616,7 +602,7 @@ def test_permission_denied_on_connect_fails_fast(base_path: str) -> None:
     done = Event()
 
     def root() -> bool:
-        listener = raw_listen(base_path + "_0.sock", 1)  # in our 0700 dir, as root
+        listener = wire.listen(wire.socket_path(base_path), 1)  # in our 0700 dir, as root
         ready.notify()
         done.wait()
         listener.close()
@@ -646,8 +632,8 @@ def test_joined_peer_dying_fails_rank0_before_the_init_deadline(base_path: str) 
     """Peer 1 announces itself and dies while rank 0 still waits for peer 2."""
 
     def raw_peer1() -> bool:
-        sock = raw_connect(base_path + "_0.sock")
-        sock.sendall(pack_rank(1))
+        sock = wire.connect(wire.socket_path(base_path), wire.Deadline.after(RAW_WAIT))
+        wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(RAW_WAIT))
         sock.close()  # the fault: gone before the probe
         return True
 
@@ -663,12 +649,9 @@ def test_joined_peer_dying_fails_rank0_before_the_init_deadline(base_path: str) 
 
 def test_joined_peer_talking_before_the_probe_is_refused(base_path: str) -> None:
     def raw_peer1() -> bytes:
-        sock = raw_connect(base_path + "_0.sock")
-        sock.sendall(pack_rank(1) + b"junk")
-        try:
-            return sock.recv(1)
-        except ConnectionResetError:
-            return b""
+        sock = wire.connect(wire.socket_path(base_path), wire.Deadline.after(RAW_WAIT))
+        wire.send_all(sock, wire.pack_rank(1) + b"junk", wire.Deadline.after(RAW_WAIT))
+        return rest_until_closed(sock)
 
     root, peer = fork_all([_root_expecting_failure(base_path, 3, init_timeout=6.0), raw_peer1])
     assert values([peer]) == [b""]
@@ -683,7 +666,7 @@ def test_peer_reconnects_when_a_stale_listener_drops_it(base_path: str) -> None:
     the peer connects again (within its connect deadline) and joins the new rank 0."""
 
     def root() -> bytes:
-        old = raw_listen(base_path + "_0.sock", 1)
+        old = wire.listen(wire.socket_path(base_path), 1)
         ready, _, _ = select.select([old], [], [], 10)  # the peer is pending in the backlog
         assert ready, "the peer never connected to the old listener"
         old.close()  # the fault: pending connection reset

@@ -1,32 +1,33 @@
 """Mixed groups: a reference rank and raw-socket ranks that speak wire v1 by hand.
 
-The raw side is written here with plain ``socket`` calls following the byte
-sequence of the protocol (4-byte native int32 rank, one 0x5a probe, then raw
+The raw side is written here with ``tpbcast.harness.wire`` calls following the
+byte sequence of the protocol (4-byte native int32 rank, one 0x5a probe, then raw
 payload bytes, nothing else) -- not through tpbcast.reference_impl -- so these
 tests pin the bytes on the wire in both roles.
 """
 
 from __future__ import annotations
 
+import socket
 import struct
 
 import pytest
 
+from tpbcast.harness import wire
 from tpbcast.reference_impl import CpuTpBroadcaster
 
 from ._forkrun import Event, fork_all, values
-from ._helpers import (
-    RAW_PROBE,
-    fast_config,
-    payload,
-    raw_accept,
-    raw_connect,
-    raw_expect_eof,
-    raw_listen,
-    raw_recv_exact,
-)
+from ._helpers import RAW_WAIT, fast_config, payload
 
 SIZES = (5, 0, 70001)
+RAW_PROBE = bytes([wire.PROBE])
+
+
+def _ends_here(sock: socket.socket, deadline: wire.Deadline) -> None:
+    """The stream must end here with an orderly EOF: no trailing bytes (no header, no
+    footer), no reset."""
+    seen = wire.expect_closed(sock, deadline)
+    assert seen.kind is wire.CloseKind.EOF and seen.extra == b"", seen
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -43,12 +44,13 @@ def test_reference_root_with_raw_peers(base_path: str, world_size: int) -> None:
 
     def raw_peer(rank: int):
         def main() -> tuple[bytes, bytes, bytes]:
-            sock = raw_connect(base_path + "_0.sock")
-            sock.sendall(struct.pack("=i", rank))  # 4 bytes, native-endian int32
-            probe = raw_recv_exact(sock, 1)
-            data = raw_recv_exact(sock, len(expected))
-            tail = raw_recv_exact(sock, 2)
-            raw_expect_eof(sock)  # no header, no trailer, nothing else
+            deadline = wire.Deadline.after(RAW_WAIT)
+            sock = wire.connect(wire.socket_path(base_path), deadline)
+            wire.send_all(sock, struct.pack("=i", rank), deadline)  # 4 bytes, native int32
+            probe = wire.recv_exact(sock, 1, deadline)
+            data = wire.recv_exact(sock, len(expected), deadline)
+            tail = wire.recv_exact(sock, 2, deadline)
+            _ends_here(sock, deadline)  # no header, no trailer, nothing else
             sock.close()
             return probe, data, tail
 
@@ -74,20 +76,22 @@ def test_probe_only_after_every_peer_announced(base_path: str) -> None:
         return True
 
     def raw_peer1() -> tuple[bytes, bool]:
-        sock = raw_connect(base_path + "_0.sock")
-        sock.sendall(struct.pack("=i", 1))
-        probe = raw_recv_exact(sock, 1)
+        deadline = wire.Deadline.after(RAW_WAIT)
+        sock = wire.connect(wire.socket_path(base_path), deadline)
+        wire.send_all(sock, struct.pack("=i", 1), deadline)
+        probe = wire.recv_exact(sock, 1, deadline)
         # peer 2 notified BEFORE sending its rank; the probe can only follow that rank
         announced_before_probe = peer2_announcing.is_set()
-        raw_expect_eof(sock)
+        _ends_here(sock, deadline)
         return probe, announced_before_probe
 
     def raw_peer2() -> bytes:
-        sock = raw_connect(base_path + "_0.sock")
+        deadline = wire.Deadline.after(RAW_WAIT)
+        sock = wire.connect(wire.socket_path(base_path), deadline)
         peer2_announcing.notify()
-        sock.sendall(struct.pack("=i", 2))
-        probe = raw_recv_exact(sock, 1)
-        raw_expect_eof(sock)
+        wire.send_all(sock, struct.pack("=i", 2), deadline)
+        probe = wire.recv_exact(sock, 1, deadline)
+        _ends_here(sock, deadline)
         return probe
 
     ok, (probe1, ordered), probe2 = values(fork_all([root, raw_peer1, raw_peer2]))
@@ -100,19 +104,20 @@ def test_raw_root_with_reference_peers(base_path: str, world_size: int) -> None:
     expected = [payload(60 + i, n) for i, n in enumerate(SIZES)]
 
     def raw_root() -> list[int]:
-        listener = raw_listen(base_path + "_0.sock", world_size - 1)
+        deadline = wire.Deadline.after(RAW_WAIT)
+        listener = wire.listen(wire.socket_path(base_path), world_size - 1)
         by_rank = {}
         for _ in range(world_size - 1):
-            conn = raw_accept(listener)
-            (rank,) = struct.unpack("=i", raw_recv_exact(conn, 4))
+            conn = wire.accept(listener, deadline)
+            (rank,) = struct.unpack("=i", wire.recv_exact(conn, 4, deadline))
             assert 0 < rank < world_size and rank not in by_rank
             by_rank[rank] = conn
         for rank in sorted(by_rank):  # probe in ascending rank order
-            by_rank[rank].sendall(RAW_PROBE)
+            wire.send_all(by_rank[rank], RAW_PROBE, deadline)
         for rank in sorted(by_rank):  # raw payload, buffers back to back, no header
-            by_rank[rank].sendall(b"".join(expected))
+            wire.send_all(by_rank[rank], b"".join(expected), deadline)
         for conn in by_rank.values():
-            raw_expect_eof(conn)  # peers send nothing after their rank; reset = EOF
+            _ends_here(conn, deadline)  # peers send nothing after their rank
             conn.close()
         listener.close()
         return sorted(by_rank)

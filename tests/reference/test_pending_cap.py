@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 
+from tpbcast.harness import wire
 from tpbcast.reference_impl import CpuTpBroadcaster, HandshakeError
 
 from ._forkrun import Event, fork_all, values
-from ._helpers import fast_config, list_fds, raw_connect
+from ._helpers import RAW_WAIT, fast_config, list_fds, rest_until_closed
 
 
 def _silent_connections(
@@ -23,15 +24,13 @@ def _silent_connections(
     """Open ``count`` connections that never announce a rank; report what rank 0 did."""
 
     def main() -> tuple[int, int, list[bytes]]:
-        socks = [raw_connect(base_path + "_0.sock") for _ in range(count)]
+        deadline = wire.Deadline.after(RAW_WAIT)
+        socks = [wire.connect(wire.socket_path(base_path), deadline) for _ in range(count)]
         opened.notify(waiters)  # every connect returned: each is in rank 0's accept queue
         done.wait()
         rests = []
         for sock in socks:
-            try:
-                rests.append(sock.recv(1))  # closed by rank 0: EOF (or a reset)
-            except ConnectionResetError:
-                rests.append(b"")
+            rests.append(rest_until_closed(sock))  # closed by rank 0: EOF (or a reset)
             sock.close()
         return os.getpid(), len(socks), rests
 
