@@ -66,6 +66,22 @@ def mutants(session: nox.Session) -> None:
     session.run("python", "tools/mutants.py", *session.posargs)
 
 
+MUTMUT = "mutmut==3.8.1"
+
+
+@nox.session(python=PYTHON)
+def mutation(session: nox.Session) -> None:
+    """Mutation score of reference_impl with mutmut: machine-made one-line mutants of the
+    reference's own source, each judged by the reference's self-tests (tests/reference,
+    tests/dispatch); summary and survivor triage in reports/mutation/ (see
+    tools/mutation.py).  Not ``mutants``: that one judges hand-written one-defect
+    implementations (tests/mutants/) with the conformance suite, i.e. it scores the
+    suite, while this one scores the reference's self-tests.  ``-- --module _wire.py``
+    limits the run to some modules; ``-- --max-children 2`` is the default."""
+    _install_project(session, MUTMUT)
+    session.run("python", "tools/mutation.py", *session.posargs)
+
+
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff, mypy --strict and the import-linter layer contract."""

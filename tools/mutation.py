@@ -1,0 +1,448 @@
+"""Mutation score of ``reference_impl`` with mutmut 3 (``nox -s mutation``).
+
+mutmut makes many one-token mutants of every function of the reference (``<`` for
+``<=``, ``None`` for an argument, a string changed, a statement dropped, ...) and runs
+the tests that call the function against each; a mutant no test fails *survived*.
+This scores the reference's own self-tests (``tests/reference``, ``tests/dispatch``).
+``nox -s mutants`` is a different thing: hand-written one-defect implementations
+judged by the conformance suite (it scores the suite).
+
+Why a staging tree (``.mutation/``, gitignored).  mutmut names a mutant after its
+file's path relative to where mutmut runs (``reference_impl/_wire.py`` ->
+``reference_impl._wire``) and each trampoline runs the mutant only if that name is the
+function's ``__module__``.  The folder installs as ``tpbcast.reference_impl``, so run
+from the repository root every mutant silently ran the original code.  The stage
+holds ``tpbcast/reference_impl/`` (the source at ``--rev``), ``tests/`` and
+``pyproject.toml`` (whose ``[tool.mutmut]`` mutmut reads), plus the fork-stats plugin
+(``tools/mutmut_fork_stats.py``: hits in forked ranks count when mutmut maps tests to
+functions).  mutmut copies it all to ``.mutation/mutants/`` and puts that first on
+``sys.path``: the namespace package ``tpbcast`` gets it as its first portion, so
+``tpbcast.reference_impl`` is the mutated copy while ``tpbcast.harness`` and the other
+layers still come from the editable install.
+
+    python tools/mutation.py                       # stage HEAD, run every mutant not yet judged
+    python tools/mutation.py --module _wire --module _io   # (re)run these modules' mutants
+    python tools/mutation.py --rerun-survivors     # run the survivors again (after new tests)
+    python tools/mutation.py --fresh               # forget every cached verdict first
+    python tools/mutation.py --report-only         # rebuild reports/mutation/ from the cache
+
+Reports (``reports/mutation/``): ``summary.md`` (per module and total: mutants, killed,
+timeout, survived, no tests, suspicious, equivalent, both scores), ``survivors.md``
+(every mutant not detected, with its diff and its triage), ``results.json``.
+Equivalent mutants are listed with a reason in ``tools/mutation_equivalents.toml``,
+matched by function and changed lines (mutmut's numbers shift when the source changes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import tomllib
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGE = ROOT / ".mutation"
+PACKAGE = "tpbcast/reference_impl"
+MODULE_PREFIX = "tpbcast.reference_impl."
+REPORT_DIR = ROOT / "reports" / "mutation"
+EQUIVALENTS = ROOT / "tools" / "mutation_equivalents.toml"
+PLUGIN = ROOT / "tools" / "mutmut_fork_stats.py"
+DEFAULT_CHILDREN = 2
+
+# mutmut's exit-code vocabulary (mutmut.stats.status_by_exit_code), grouped.
+DETECTED = ("killed", "timeout", "segfault")
+UNDETECTED = ("survived", "no tests", "suspicious")
+
+
+def _status(code: int | None) -> str:
+    from mutmut.stats import status_by_exit_code
+
+    return str(status_by_exit_code[code])
+
+
+# -- staging -------------------------------------------------------------------------
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _files_at(rev: str | None) -> dict[str, bytes]:
+    """reference_impl/*, tests/** and pyproject.toml at ``rev`` (None: the work tree)."""
+    paths = ("reference_impl", "tests", "pyproject.toml")
+    files: dict[str, bytes] = {}
+    if rev is None:
+        for top in paths:
+            base = ROOT / top
+            for path in [base] if base.is_file() else sorted(base.rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    files[str(path.relative_to(ROOT))] = path.read_bytes()
+        return files
+    raw = subprocess.run(
+        ["git", "archive", "--format=tar", rev, *paths], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    with tarfile.open(fileobj=BytesIO(raw)) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                handle = tar.extractfile(member)
+                assert handle is not None
+                files[member.name] = handle.read()
+    return files
+
+
+def _sync(target: Path, data: bytes) -> None:
+    """Write only when the content differs: an unchanged file keeps its mtime, which is
+    how mutmut knows it may keep that file's mutants and verdicts."""
+    if target.is_file() and target.read_bytes() == data:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+
+
+def build_stage(rev: str | None) -> None:
+    files = _files_at(rev)
+    wanted: set[Path] = set()
+    for name, data in files.items():
+        target = STAGE / "tpbcast" / name if name.startswith("reference_impl/") else STAGE / name
+        _sync(target, data)
+        wanted.add(target)
+    _sync(STAGE / PLUGIN.name, PLUGIN.read_bytes())
+    wanted.add(STAGE / PLUGIN.name)
+    for sub in ("tpbcast", "tests"):
+        for path in sorted((STAGE / sub).rglob("*"), reverse=True):
+            if path.is_file() and path not in wanted and "__pycache__" not in path.parts:
+                path.unlink()
+    # mutmut copies tests/ into mutants/ over the old copy: drop the old copy so a
+    # deleted test file does not linger there.
+    shutil.rmtree(STAGE / "mutants" / "tests", ignore_errors=True)
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+def _mutmut(args: list[str], log: Path) -> int:
+    exe = Path(sys.executable).with_name("mutmut")
+    argv = [str(exe) if exe.exists() else "mutmut", *args]
+    print("+", " ".join(argv), f"(cwd {STAGE}, log {log})", flush=True)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    with log.open("a") as out:
+        out.write(f"\n=== {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC: {' '.join(argv)}\n")
+        out.flush()
+        return subprocess.run(
+            argv, cwd=STAGE, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
+        ).returncode
+
+
+def _meta_files() -> list[Path]:
+    return sorted((STAGE / "mutants" / PACKAGE).glob("*.py.meta"))
+
+
+def _verdicts() -> dict[str, int | None]:
+    codes: dict[str, int | None] = {}
+    for meta in _meta_files():
+        codes.update(json.loads(meta.read_text())["exit_code_by_key"])
+    return codes
+
+
+def _module_of(name: str) -> str:
+    rest = name[len(MODULE_PREFIX) :]
+    return rest.split(".", 1)[0] if "." in rest else "__init__"
+
+
+def survivors(modules: list[str]) -> list[str]:
+    return [
+        name
+        for name, code in _verdicts().items()
+        if _status(code) in UNDETECTED and (not modules or _module_of(name) in modules)
+    ]
+
+
+# -- reporting -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    function: str
+    removed: tuple[str, ...]
+    added: tuple[str, ...]
+    reason: str
+
+
+def _changed_lines(diff: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    lines = diff.splitlines()[2:]  # after the ---/+++ header
+    removed = tuple(ln[1:].strip() for ln in lines if ln.startswith("-"))
+    added = tuple(ln[1:].strip() for ln in lines if ln.startswith("+"))
+    return removed, added
+
+
+def _lines(value: object) -> tuple[str, ...]:
+    text = value if isinstance(value, str) else "\n".join(str(v) for v in value)  # type: ignore[attr-defined]
+    return tuple(line.strip() for line in text.splitlines() if line.strip())
+
+
+def load_equivalents() -> list[Equivalent]:
+    if not EQUIVALENTS.exists():
+        return []
+    data = tomllib.loads(EQUIVALENTS.read_text())
+    return [
+        Equivalent(e["function"], _lines(e["removed"]), _lines(e["added"]), e["reason"].strip())
+        for e in data.get("equivalent", [])
+    ]
+
+
+def _function_of(name: str) -> str:
+    return name.partition("__mutmut_")[0]
+
+
+def _short_function(name: str) -> str:
+    return _function_of(name)[len(MODULE_PREFIX) :].replace("xǁ", "").replace("ǁ", ".")
+
+
+def _diffs(names: list[str]) -> dict[str, str]:
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    old = Path.cwd()
+    os.chdir(STAGE)
+    try:
+        return {name: get_diff_for_mutant(name) for name in names}
+    finally:
+        os.chdir(old)
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f} %" if whole else "n/a"
+
+
+def write_reports(run_info: dict[str, Any]) -> int:
+    """Write summary.md, survivors.md, results.json; return the number of untriaged."""
+    codes = _verdicts()
+    statuses = {name: _status(code) for name, code in codes.items()}
+    open_names = sorted(n for n, s in statuses.items() if s in UNDETECTED)
+    diffs = _diffs(open_names)
+    equivalents = load_equivalents()
+    reasons: dict[str, str] = {}
+    used: set[int] = set()
+    for name in open_names:
+        removed, added = _changed_lines(diffs[name])
+        for index, eq in enumerate(equivalents):
+            if eq.function == _function_of(name) and (eq.removed, eq.added) == (removed, added):
+                reasons[name] = eq.reason
+                used.add(index)
+                break
+    per_module: dict[str, Counter[str]] = {}
+    for name, status in statuses.items():
+        counter = per_module.setdefault(_module_of(name), Counter())
+        counter[status] += 1
+        counter["total"] += 1
+        if name in reasons:
+            counter["equivalent"] += 1
+    total: Counter[str] = Counter()
+    for counter in per_module.values():
+        total.update(counter)
+
+    REPORT_DIR.mkdir(parents=True, exist_ok=True)
+    untriaged = [n for n in open_names if n not in reasons]
+    _write_summary(per_module, total, run_info, len(untriaged))
+    _write_survivors(open_names, statuses, diffs, reasons)
+    stale = [eq for i, eq in enumerate(equivalents) if i not in used]
+    results = {
+        "run": run_info,
+        "totals": dict(total),
+        "modules": {m: dict(c) for m, c in sorted(per_module.items())},
+        "mutants": {
+            n: {"status": statuses[n], "exit_code": codes[n], "function": _short_function(n)}
+            for n in sorted(codes)
+        },
+        "open": {n: {"diff": diffs[n], "equivalent": reasons.get(n)} for n in open_names},
+        "unused_equivalents": [eq.function for eq in stale],
+    }
+    (REPORT_DIR / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
+    return len(untriaged)
+
+
+_COLUMNS = ("killed", "timeout", "segfault", "survived", "no tests", "suspicious", "skipped")
+
+
+def _row(label: str, c: Counter[str]) -> str:
+    detected = sum(c[k] for k in DETECTED)
+    judged = c["total"] - c["skipped"] - c["not checked"]
+    cells = [label, str(c["total"]), *(str(c[k]) for k in _COLUMNS), str(c["equivalent"])]
+    cells += [_pct(detected, judged), _pct(detected, judged - c["equivalent"])]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _write_summary(
+    per_module: dict[str, Counter[str]], total: Counter[str], info: dict[str, Any], untriaged: int
+) -> None:
+    head = "| module | mutants | " + " | ".join(_COLUMNS) + " | equivalent | raw | after equiv. |"
+    sep = "|" + "---|" * (head.count("|") - 1)
+    rows = [_row(f"`{m}.py`", c) for m, c in sorted(per_module.items())]
+    not_checked = total["not checked"]
+    lines = [
+        "# Mutation score of `tpbcast.reference_impl` (mutmut)",
+        "",
+        "Generated by `nox -s mutation` (`tools/mutation.py`); do not edit by hand.",
+        "",
+        f"- source measured: `{info.get('rev_label')}` (commit `{info.get('commit')}`)",
+        f"- mutmut {info.get('mutmut')}, {info.get('children')} workers, tests: "
+        + ", ".join(f"`{t}`" for t in info.get("tests", [])),
+        f"- last run: {info.get('finished')} UTC, {info.get('seconds', 0):.0f} s wall "
+        f"({info.get('mode')}); load average before {info.get('load_before')}, "
+        f"after {info.get('load_after')}",
+        "",
+        "## Formula",
+        "",
+        "- detected = killed + timeout + segfault (a mutant that makes the covering tests fail,",
+        "  hang past mutmut's wall-clock limit, or crash the test process);",
+        "- judged = all mutants - skipped - not checked; survived, no tests (no test calls the",
+        "  function) and suspicious all count as NOT detected;",
+        "- **raw score = detected / judged**;",
+        "- **score after equivalents = detected / (judged - equivalent)**, where equivalent",
+        "  mutants are survivors that no test can kill because they do not change behaviour,",
+        "  each listed with its reason in `survivors.md` (from `tools/mutation_equivalents.toml`).",
+        "",
+        "## Per module",
+        "",
+        head,
+        sep,
+        *rows,
+        _row("**total**", total),
+        "",
+        f"Not yet judged (no verdict in the cache): {not_checked}.  Survivors without a test "
+        f"that kills them or a written reason (untriaged): {untriaged}.",
+        "",
+    ]
+    (REPORT_DIR / "summary.md").write_text("\n".join(lines))
+
+
+def _write_survivors(
+    open_names: list[str], statuses: dict[str, str], diffs: dict[str, str], reasons: dict[str, str]
+) -> None:
+    lines = [
+        "# Mutants of `tpbcast.reference_impl` no test detects",
+        "",
+        "Generated by `nox -s mutation`; the reasons come from `tools/mutation_equivalents.toml`.",
+        "A mutant that survived an earlier run and is killed now (by a test in",
+        "`tests/reference/test_mutation_*.py`) is no longer listed here.",
+        "",
+        f"{len(open_names)} not detected: "
+        f"{sum(1 for n in open_names if n in reasons)} equivalent (reason below), "
+        f"{sum(1 for n in open_names if n not in reasons)} untriaged.",
+        "",
+    ]
+    for name in open_names:
+        triage = reasons.get(name)
+        lines += [
+            f"## `{name[len(MODULE_PREFIX) :]}` ({statuses[name]})",
+            "",
+            "```diff",
+            diffs[name],
+            "```",
+            "",
+            f"**Equivalent:** {triage}" if triage else "**UNTRIAGED**",
+            "",
+        ]
+    (REPORT_DIR / "survivors.md").write_text("\n".join(lines))
+
+
+# -- main ------------------------------------------------------------------------------
+
+
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def run(opts: argparse.Namespace, modules: list[str]) -> dict[str, Any]:
+    """Stage the source, run mutmut; returns what the summary says about the run."""
+    import mutmut
+
+    rev = None if opts.worktree else opts.rev
+    if opts.fresh:
+        shutil.rmtree(STAGE / "mutants", ignore_errors=True)
+    STAGE.mkdir(exist_ok=True)
+    build_stage(rev)
+    commit = _git("rev-parse", "HEAD" if rev is None else rev)
+    dirty = rev is None and bool(_git("status", "--porcelain", "--", "reference_impl", "tests"))
+    load_before, started = _loadavg(), time.monotonic()
+    names = [f"{MODULE_PREFIX}{m}.*" for m in modules]
+    if opts.rerun_survivors and (STAGE / "mutants").exists():
+        names = survivors(modules)
+    code = 0
+    if names or not opts.rerun_survivors:
+        code = _mutmut(
+            ["run", "--max-children", str(opts.max_children), *names], STAGE / "mutmut.log"
+        )
+    tests = tomllib.loads((STAGE / "pyproject.toml").read_text())["tool"]["mutmut"]
+    if opts.rerun_survivors:
+        mode = "re-run of the survivors"
+    elif modules:
+        mode = "every mutant of " + ", ".join(f"{m}.py" for m in modules)
+    else:
+        mode = "every mutant without a cached verdict"
+    return {
+        "rev_label": ("work tree" + (" (uncommitted changes)" if dirty else ""))
+        if rev is None
+        else rev,
+        "commit": commit,
+        "mutmut": mutmut.__version__,
+        "children": opts.max_children,
+        "tests": tests.get("pytest_add_cli_args_test_selection", []),
+        "finished": f"{datetime.now(UTC):%Y-%m-%d %H:%M}",
+        "seconds": time.monotonic() - started,
+        "mode": mode,
+        "load_before": load_before,
+        "load_after": _loadavg(),
+        "mutmut_exit": code,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--rev", default="HEAD", help="git revision to measure (default HEAD)")
+    where.add_argument("--worktree", action="store_true", help="measure the work tree")
+    parser.add_argument("--module", action="append", default=[], help="e.g. _wire (repeatable)")
+    parser.add_argument("--max-children", type=int, default=DEFAULT_CHILDREN)
+    parser.add_argument("--fresh", action="store_true", help="drop every cached verdict first")
+    parser.add_argument("--rerun-survivors", action="store_true")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--fail-under", type=float, default=None, help="score after equivalents")
+    opts = parser.parse_args()
+    modules = [m.removesuffix(".py") for m in opts.module]
+    info_path = STAGE / "run-info.json"
+    if opts.report_only:
+        info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    else:
+        info = run(opts, modules)
+        info_path.write_text(json.dumps(info, indent=1))
+        if info["mutmut_exit"] != 0:
+            print(f"mutmut exited {info['mutmut_exit']}; see {STAGE / 'mutmut.log'}")
+            return int(info["mutmut_exit"])
+    untriaged = write_reports(info)
+    print((REPORT_DIR / "summary.md").read_text())
+    if opts.fail_under is not None:
+        totals = json.loads((REPORT_DIR / "results.json").read_text())["totals"]
+        detected = sum(totals.get(k, 0) for k in DETECTED)
+        judged = totals["total"] - totals.get("skipped", 0) - totals.get("not checked", 0)
+        score = 100.0 * detected / max(1, judged - totals.get("equivalent", 0))
+        if score < opts.fail_under:
+            print(f"score {score:.1f} % is under {opts.fail_under} %", file=sys.stderr)
+            return 1
+    return 1 if untriaged and opts.fail_under is not None else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
