@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from tpbcast.harness import RankContext
 from tpbcast.reference_impl import (
     BootstrapDecision,
     BroadcasterConfig,
@@ -20,8 +21,10 @@ from tpbcast.reference_impl import (
     bootstrap,
 )
 
-from ._forkrun import RankContext
-
+#: ``run_ranks`` keywords of every dispatch group: one 60 s deadline, and once a rank
+#: failed the others get 15 s more, since a gloo peer learns of a dead rank only when
+#: its own collective fails.
+RUN = {"timeout": 60.0, "fail_fast_grace": 15.0}
 #: gloo deadline for every collective: a bug fails in seconds instead of hanging.
 GROUP_TIMEOUT = 10.0
 #: Broadcaster deadlines whose bootstrap budget (3 + 3 s) fits inside GROUP_TIMEOUT.

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from tpbcast.harness import Status
+from tpbcast.harness import RankContext, Status, run_ranks
 from tpbcast.reference_impl import (
     BootstrapConsensusError,
     BootstrapFallbackWarning,
@@ -21,7 +21,6 @@ from tpbcast.reference_impl import (
 )
 
 from . import _stack
-from ._forkrun import RankContext, run_forked, values
 
 FAILING_RANK = 2
 
@@ -70,7 +69,7 @@ def _init_failure_rank(ctx: RankContext) -> dict[str, object]:
 
 
 def test_one_rank_init_failure_sends_every_rank_to_the_fallback():
-    results = values(run_forked(_init_failure_rank, 4, timeout=60))
+    results = run_ranks(_init_failure_rank, 4, **_stack.RUN).values()
     # the fault happened: rank 2's own initialize refused its path at once
     fault = results[FAILING_RANK]["local_error"]
     assert fault is not None and fault.startswith("ConfigurationError"), fault
@@ -148,7 +147,7 @@ def _late_fault_rank(ctx: RankContext) -> dict[str, object]:
 
 
 def test_late_fault_on_one_rank_resets_the_ranks_that_succeeded():
-    results = values(run_forked(_late_fault_rank, 4))
+    results = run_ranks(_late_fault_rank, 4, **_stack.RUN).values()
     assert results[FAILING_RANK]["wire_up"] is True, "the fault must hit after the handshake"
     for rank, res in enumerate(results):
         assert res["path"] == "collective", f"rank {rank} stayed on UDS"
@@ -190,12 +189,13 @@ def _death_rank(ctx: RankContext) -> dict[str, object]:
 
 def test_rank_death_during_consensus_leaves_no_rank_on_uds():
     """A rank dies after its handshake: the others raise, with their broadcaster reset."""
-    results = run_forked(_death_rank, 3, timeout=60)
+    results = run_ranks(_death_rank, 3, **_stack.RUN).outcomes
     dead = results[FAILING_RANK]
     # the fault happened, and only after the wire bootstrap had succeeded
     assert (dead.status, dead.exit_code) == (Status.EXITED, DEATH_CODE), dead.report()
     for rank in (0, 1):
-        res = values([results[rank]])[0]
+        assert results[rank].ok, results[rank].report()
+        res = results[rank].value
         assert res["phase"] == "bootstrap-consensus", res
         assert "consensus collective (init) failed" in res["error"]
         assert res["initialized"] is False, f"rank {rank} left on UDS"
@@ -224,12 +224,13 @@ def _death_before_rebootstrap_rank(ctx: RankContext) -> dict[str, object]:
 
 
 def test_failed_layout_consensus_takes_down_a_broadcaster_left_up():
-    results = run_forked(_death_before_rebootstrap_rank, 3, timeout=60)
+    results = run_ranks(_death_before_rebootstrap_rank, 3, **_stack.RUN).outcomes
     dead = results[FAILING_RANK]
     # the fault happened: rank 2 left after a first bootstrap that brought UDS up
     assert (dead.status, dead.exit_code) == (Status.EXITED, DEATH_CODE), dead.report()
     for rank in (0, 1):
-        res = values([results[rank]])[0]
+        assert results[rank].ok, results[rank].report()
+        res = results[rank].value
         assert res["up_before"] is True
         assert res["error"] is not None and "consensus collective (layout) failed" in res["error"]
         assert res["up_after"] is False, f"rank {rank} left on UDS after a failed consensus"
@@ -257,7 +258,7 @@ def _layout_disagreement_rank(ctx: RankContext) -> dict[str, object]:
 
 
 def test_layout_disagreement_is_agreed_before_anyone_tries_uds():
-    results = values(run_forked(_layout_disagreement_rank, 4))
+    results = run_ranks(_layout_disagreement_rank, 4, **_stack.RUN).values()
     for rank, res in enumerate(results):
         assert res["path"] == "collective", rank
         assert res["attempted"] is False, "nobody may start a UDS bootstrap"
@@ -306,7 +307,7 @@ def _reinit_rank(ctx: RankContext) -> dict[str, object]:
 
 
 def test_reinit_after_teardown_starts_clean():
-    results = values(run_forked(_reinit_rank, 2))
+    results = run_ranks(_reinit_rank, 2, **_stack.RUN).values()
     for res in results:
         paths = [(r["decision"], r["path"]) for r in res["rounds"]]
         assert paths == [("uds", "uds"), ("uds", "uds"), ("collective", "collective")]
@@ -336,7 +337,7 @@ def _rebootstrap_rank(ctx: RankContext) -> list[tuple[str, str, bool]]:
 
 def test_a_collective_decision_takes_down_a_broadcaster_left_up():
     """Bootstrap again without teardown: the decision and the path taken always agree."""
-    for seen in values(run_forked(_rebootstrap_rank, 2)):
+    for seen in run_ranks(_rebootstrap_rank, 2, **_stack.RUN).values():
         uds, collective = ("uds", "uds", True), ("collective", "collective", True)
         assert seen == [uds, collective, uds]
 
@@ -360,7 +361,7 @@ def _mismatch_rank(ctx: RankContext) -> str:
 
 
 def test_tp_rank_must_match_the_process_group():
-    for rank, text in enumerate(values(run_forked(_mismatch_rank, 2))):
+    for rank, text in enumerate(run_ranks(_mismatch_rank, 2, **_stack.RUN).values()):
         assert f"the process group says rank {rank} of 2" in text
 
 

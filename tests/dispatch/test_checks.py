@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import (
     BroadcastError,
     ConfigurationError,
@@ -16,7 +17,6 @@ from tpbcast.reference_impl import (
 )
 
 from . import _stack
-from ._forkrun import RankContext, run_forked, values
 
 # (label, root, mode): every bad combination the checks must refuse
 BAD_CALLS = [
@@ -73,7 +73,7 @@ def _checks_rank(ctx: RankContext) -> dict[str, object]:
 
 
 def test_root_and_mode_checks_identical_on_both_paths():
-    results = values(run_forked(_checks_rank, 2))
+    results = run_ranks(_checks_rank, 2, **_stack.RUN).values()
     for rank, res in enumerate(results):
         assert res["paths"] == ("collective", "uds"), rank
         assert res["collective"] == res["uds"], f"rank {rank}: paths disagree"
@@ -123,7 +123,7 @@ def _device_rank(ctx: RankContext) -> dict[str, object]:
 
 
 def test_uds_path_refuses_non_cpu_tensors_before_any_io():
-    results = values(run_forked(_device_rank, 2))
+    results = run_ranks(_device_rank, 2, **_stack.RUN).values()
     for rank, res in enumerate(results):
         kind, message = res["error"]
         assert kind == "UnsupportedDeviceError", rank

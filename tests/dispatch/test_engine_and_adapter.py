@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import (
     CollectiveEngine,
     ConfigurationError,
@@ -17,7 +18,6 @@ from tpbcast.reference_impl import (
 )
 
 from . import _stack
-from ._forkrun import RankContext, run_forked, values
 
 
 def _engine_rank(ctx: RankContext, device: str) -> dict[str, object]:
@@ -53,7 +53,7 @@ def _engine_rank(ctx: RankContext, device: str) -> dict[str, object]:
 
 
 def test_gloo_engine_one_collective_for_several_tensors():
-    for res in values(run_forked(_engine_rank, 2, args=("cpu",))):
+    for res in run_ranks(_engine_rank, 2, args=("cpu",), **_stack.RUN).values():
         assert res["protocol"] and res["name"] == "torch.distributed/gloo"
         assert (res["pending_before_sync"], res["pending_after_sync"]) == (1, 0)
         assert res["ok"]
@@ -75,7 +75,7 @@ def test_nccl_engine_on_two_gpus():  # pragma: no cover - needs GPUs
     def target(ctx: RankContext) -> dict[str, object]:
         return _engine_rank(ctx, f"cuda:{ctx.rank}")
 
-    for res in values(run_forked(target, 2)):
+    for res in run_ranks(target, 2, **_stack.RUN).values():
         assert res["name"] == "torch.distributed/nccl" and res["ok"]
         assert res["events"] == (("collective", 48), ("sync_communication",), ("device_sync",))
 
@@ -146,7 +146,7 @@ def _adapter_rank(ctx: RankContext) -> dict[str, object]:
 
 
 def test_dispatch_adapter_drives_both_paths_with_plain_types():
-    for res in values(run_forked(_adapter_rank, 2)):
+    for res in run_ranks(_adapter_rank, 2, **_stack.RUN).values():
         uds, coll = res["uds"], res["collective"]
         assert (uds["decision"], uds["path"], uds["adapter_path"]) == ("uds",) * 3
         assert (coll["decision"], coll["path"], coll["adapter_path"]) == ("collective",) * 3
@@ -247,7 +247,7 @@ def _repeat_rank(ctx: RankContext) -> dict[str, object]:
 
 
 def test_dispatch_adapter_repeated_bootstrap_and_explicit_ranks():
-    for rank, res in enumerate(values(run_forked(_repeat_rank, 2))):
+    for rank, res in enumerate(run_ranks(_repeat_rank, 2, **_stack.RUN).values()):
         assert "explicit dp_rank=1 disagrees with dp_rank=0" in str(res["fresh_error"])
         assert res["fresh_incarnation"] == 0
         assert res["same"] and res["incarnation"] == 1 and res["files_same"] and res["quiet"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import DispatchPath
 
 from . import _stack
-from ._forkrun import RankContext, run_forked, values
 
 CALLS = 3  # several calls per group: the per-call count must not drift
 
@@ -52,7 +52,7 @@ def _collective_rank(ctx: RankContext, local_world_size: int) -> dict[str, objec
 )
 def test_collective_path_data_and_exact_sync_order(tp_size, local_world_size):
     """Cross-node layout (or TP=1): collective, sync_communication, device_sync, once each."""
-    results = values(run_forked(_collective_rank, tp_size, args=(local_world_size,)))
+    results = run_ranks(_collective_rank, tp_size, args=(local_world_size,), **_stack.RUN).values()
     for rank, res in enumerate(results):
         assert res["decision"] == ("collective", False, ()), rank
         assert res["initialized"] is False
@@ -88,7 +88,7 @@ def _uds_rank(ctx: RankContext) -> dict[str, object]:
 @pytest.mark.parametrize("tp_size", [2, 4])
 def test_uds_path_data_and_no_engine_calls(tp_size):
     """Intra-node: bytes go over UDS; no collective, no sync, no device sync."""
-    results = values(run_forked(_uds_rank, tp_size))
+    results = run_ranks(_uds_rank, tp_size, **_stack.RUN).values()
     for rank, res in enumerate(results):
         assert res["decision"] == ("uds", True, ()), rank
         assert all(path == DispatchPath.UDS for path, _ in res["calls"])
@@ -131,7 +131,7 @@ def _empty_rank(ctx: RankContext, local_world_size: int) -> dict[str, object]:
 @pytest.mark.parametrize("local_world_size", [2, 1], ids=["uds", "collective"])
 def test_empty_list_guard_on_both_paths(local_world_size):
     """An empty list (or 0 bytes in total) runs nothing at all, on either path."""
-    results = values(run_forked(_empty_rank, 2, args=(local_world_size,)))
+    results = run_ranks(_empty_rank, 2, args=(local_world_size,), **_stack.RUN).values()
     want_path = "uds" if local_world_size == 2 else "collective"
     for res in results:
         assert res["path"] == want_path
@@ -163,7 +163,8 @@ def _large_rank(ctx: RankContext, local_world_size: int) -> tuple[str, bool, tup
 @pytest.mark.parametrize("local_world_size", [3, 1], ids=["uds", "collective"])
 def test_megabyte_payloads_on_both_paths(local_world_size):
     nbytes = (3 << 20) + 1001 * 3 * 8
-    for path, ok, events in values(run_forked(_large_rank, 3, args=(local_world_size,))):
+    results = run_ranks(_large_rank, 3, args=(local_world_size,), **_stack.RUN).values()
+    for path, ok, events in results:
         assert ok
         if local_world_size == 3:
             assert (path, events) == ("uds", (("uds", nbytes),))
@@ -215,7 +216,7 @@ def test_odd_buffers_work_on_both_paths(local_world_size):
     shorts[::-2] = np.arange(1, 9, dtype=np.int16)[::-2]
     names = np.array(NAMES, dtype="S4").tobytes()
     want_path = "uds" if local_world_size == 2 else "collective"
-    results = values(run_forked(_odd_buffers_rank, 2, args=(local_world_size,)))
+    results = run_ranks(_odd_buffers_rank, 2, args=(local_world_size,), **_stack.RUN).values()
     every = np.arange(1, 9, dtype=np.int16).tobytes()
     assert results[0] == (want_path, [truth[:7], truth, every, names])
     assert results[1] == (want_path, [truth[:7], bytes(strided), shorts.tobytes(), names])

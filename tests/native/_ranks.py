@@ -8,9 +8,13 @@ import random
 from typing import Any
 
 from tpbcast.conformance.adapters.native import NativeBroadcastError, make
+from tpbcast.harness import RankContext, SyncError, SyncTimeoutError
 
 SIZES = (0, 1, 7, 4097, 1 << 20)
 SHORT = 20.0  # deadlines generous enough for a 4x oversubscribed 2-core box
+#: ``run_ranks`` keywords of every native group: one 60 s deadline, and no fail-fast cut,
+#: so a rank whose partner failed still reports its own error (at its SHORT deadline).
+RUN: dict[str, Any] = {"timeout": 60.0, "fail_fast": False}
 
 
 def payload(seed: int, size: int) -> bytes:
@@ -61,3 +65,19 @@ def expected_digests(seed: int, sizes: tuple[int, ...] = SIZES) -> list[str]:
 
 def open_fds() -> set[int]:
     return {int(n) for n in os.listdir("/proc/self/fd")}
+
+
+def wait_until_a_rank_ends(ctx: RankContext, name: str) -> None:
+    """Block until another rank of the group has exited (its sockets closed by the kernel).
+
+    ``ctx.sync(name)`` is a barrier the exiting rank never joins (nor may the others):
+    RankContext fails it with :class:`SyncError` as soon as a rank it still waits for
+    has ended, which is the moment this waits for.  A timeout is a real failure.
+    """
+    try:
+        ctx.sync(name)
+    except SyncTimeoutError:
+        raise
+    except SyncError:
+        return
+    raise AssertionError(f"rank {ctx.rank}: every rank joined sync({name!r}), none ended")

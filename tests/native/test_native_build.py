@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from tpbcast.conformance.adapters.native import NativeBuildError, _build
-
-from ._forkrun import run_forked, values
+from tpbcast.harness import run_ranks
 
 
 def _env(cache: Path, **extra: str) -> dict[str, str]:
@@ -64,7 +63,9 @@ def test_cache_dir_follows_xdg_then_home(tmp_path):
 
 def test_parallel_builds_race_safely(tmp_path):
     env = _env(tmp_path / "cache")
-    paths = values(run_forked([lambda: str(_build.library_path(env))] * 3, timeout=120))
+    paths = run_ranks(
+        lambda ctx: str(_build.library_path(env)), 3, timeout=120, fail_fast=False
+    ).values()
     assert len(set(paths)) == 1
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [Path(paths[0]).name]
 

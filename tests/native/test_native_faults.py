@@ -16,10 +16,9 @@ import time
 import pytest
 
 from tpbcast.conformance.adapters.native import NativeBroadcastError
-from tpbcast.harness import wire
+from tpbcast.harness import Status, run_ranks, wire
 
 from . import _ranks
-from ._forkrun import Signal, run_forked, values
 
 
 def _named(details, *, rank):
@@ -53,7 +52,7 @@ def _init_error(rank, world, base, **deadlines):
 def test_peer_rejects_a_wrong_or_missing_probe(probe, needle, base_path):
     path = base_path + "_0.sock"
 
-    def rogue_root():
+    def rogue_root(ctx):
         deadline = wire.Deadline.after(_ranks.SHORT)
         with wire.listen(path, 8) as srv, wire.accept(srv, deadline) as conn:
             announced = wire.recv_exact(conn, 4, deadline)
@@ -62,9 +61,8 @@ def test_peer_rejects_a_wrong_or_missing_probe(probe, needle, base_path):
                 return announced, wire.recv_until_eof(conn, deadline)  # peer hangs up
             return announced, b""  # close without a probe
 
-    (announced, after), details = values(
-        run_forked([rogue_root, lambda: _init_error(1, 2, base_path)])
-    )
+    ranks = {0: rogue_root, 1: lambda ctx: _init_error(1, 2, base_path)}
+    (announced, after), details = run_ranks(ranks, **_ranks.RUN).values()
     assert announced == wire.pack_rank(1), "the rogue root never saw the handshake"
     assert details is not None, "the peer accepted a bad probe"
     _named(details, rank=1)
@@ -76,14 +74,13 @@ def test_peer_rejects_a_wrong_or_missing_probe(probe, needle, base_path):
 def test_peer_times_out_when_the_probe_never_comes(base_path):
     path = base_path + "_0.sock"
 
-    def rogue_root():
+    def rogue_root(ctx):
         deadline = wire.Deadline.after(_ranks.SHORT)
         with wire.listen(path, 8) as srv, wire.accept(srv, deadline) as conn:
             return wire.recv_exact(conn, 4, deadline), wire.recv_until_eof(conn, deadline)
 
-    (announced, _), details = values(
-        run_forked([rogue_root, lambda: _init_error(1, 2, base_path, init=0.3)])
-    )
+    ranks = {0: rogue_root, 1: lambda ctx: _init_error(1, 2, base_path, init=0.3)}
+    (announced, _), details = run_ranks(ranks, **_ranks.RUN).values()
     assert announced == wire.pack_rank(1)
     _named(details, rank=1)
     assert details["type"] == "NativeTimeoutError" and "TimeoutError" in details["mro"]
@@ -92,7 +89,9 @@ def test_peer_times_out_when_the_probe_never_comes(base_path):
 
 
 def test_peer_connect_deadline_names_the_errno(base_path):
-    [details] = values(run_forked([lambda: _init_error(1, 2, base_path, connect=0.3)]))
+    [details] = run_ranks(
+        lambda ctx: _init_error(1, 2, base_path, connect=0.3), 1, **_ranks.RUN
+    ).values()
     _named(details, rank=1)
     assert details["type"] == "NativeTimeoutError" and details["phase"] == "connect"
     assert details["errno_name"] == "ENOENT" and base_path + "_0.sock" in details["message"]
@@ -115,27 +114,23 @@ def test_peer_connect_deadline_names_the_errno(base_path):
 )
 def test_root_never_accepts_a_bad_peer(world, sends, needle, base_path):
     path = base_path + "_0.sock"
-    first_in = Signal()
 
-    def rogue_peer(data, index):
+    def rogue_peer(ctx, data, index):
         if index:
-            first_in.wait()  # the duplicate arrives second, after a valid rank 1
+            ctx.wait("first_in")  # the duplicate arrives second, after a valid rank 1
         deadline = wire.Deadline.after(_ranks.SHORT)
         with wire.connect(path, deadline) as s:
             wire.send_all(s, data, deadline)
             if not index and len(sends) > 1:
-                first_in.notify()
+                ctx.notify("first_in")
             if len(data) < 4:
                 s.shutdown(socket.SHUT_WR)
             return wire.recv_until_eof(s, deadline)  # no probe may ever arrive
 
-    rogues = [(lambda d=d, i=i: rogue_peer(d, i)) for i, d in enumerate(sends)]
-    details, *heard = values(
-        run_forked(
-            [lambda: _init_error(0, world, base_path), *rogues],
-            close_in_parent=first_in.fds(),
-        )
-    )
+    ranks = {0: lambda ctx: _init_error(0, world, base_path)}
+    for i, d in enumerate(sends):
+        ranks[i + 1] = lambda ctx, d=d, i=i: rogue_peer(ctx, d, i)
+    details, *heard = run_ranks(ranks, **_ranks.RUN).values()
     assert details is not None, "rank 0 accepted a bad peer"
     _named(details, rank=0)
     assert details["type"] == "NativeHandshakeError" and needle in details["message"]
@@ -145,7 +140,9 @@ def test_root_never_accepts_a_bad_peer(world, sends, needle, base_path):
 
 
 def test_root_times_out_waiting_for_peers_and_cleans_up(base_path):
-    [details] = values(run_forked([lambda: _init_error(0, 3, base_path, init=0.3)]))
+    [details] = run_ranks(
+        lambda ctx: _init_error(0, 3, base_path, init=0.3), 1, **_ranks.RUN
+    ).values()
     _named(details, rank=0)
     assert details["type"] == "NativeTimeoutError" and "0 of 2 connected" in details["message"]
     assert "missing rank(s) 1, 2" in details["message"], details["message"]
@@ -157,7 +154,7 @@ def test_root_rejects_a_peer_of_another_uid(base_path, short_dir):
     path = base_path + "_0.sock"
     os.chmod(short_dir, 0o711)
 
-    def foreign_peer():
+    def foreign_peer(ctx):
         deadline = time.monotonic() + _ranks.SHORT
         while not (os.path.exists(path) and stat.S_IMODE(os.stat(path).st_mode) == 0o600):
             assert time.monotonic() < deadline, "rank 0 never bound its socket"
@@ -174,7 +171,8 @@ def test_root_rejects_a_peer_of_another_uid(base_path, short_dir):
                     raise
                 return b""
 
-    details, heard = values(run_forked([lambda: _init_error(0, 2, base_path), foreign_peer]))
+    ranks = {0: lambda ctx: _init_error(0, 2, base_path), 1: foreign_peer}
+    details, heard = run_ranks(ranks, **_ranks.RUN).values()
     _named(details, rank=0)
     assert details["type"] == "NativeSecurityError" and "PermissionError" in details["mro"]
     assert "uid 65534" in details["message"] and heard == b""
@@ -185,14 +183,13 @@ def test_root_rejects_a_peer_of_another_uid(base_path, short_dir):
 
 @pytest.mark.parametrize("dying", [1, 2])
 def test_dead_peer_gives_epipe_not_sigpipe(dying, base_path):
-    gone = Signal()
     data = _ranks.payload(5, 1 << 20)
 
-    def root():
+    def root(ctx):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a write must not kill us
         b = _ranks.native()
         b.initialize(0, 3, base_path)
-        gone.wait_closed()  # the dying peer's process has exited
+        _ranks.wait_until_a_rank_ends(ctx, "gone")  # the dying peer's process has exited
         try:
             b.broadcast(bytearray(data))
         except NativeBroadcastError as exc:
@@ -206,13 +203,11 @@ def test_dead_peer_gives_epipe_not_sigpipe(dying, base_path):
         b.reset()  # survivors see the root hang up
         return details, signal.getsignal(signal.SIGPIPE) == signal.SIG_DFL
 
-    def peer(rank):
-        os.close(gone.r)
+    def peer(ctx):
         b = _ranks.native()
-        b.initialize(rank, 3, base_path)
-        if rank == dying:
+        b.initialize(ctx.rank, 3, base_path)
+        if ctx.rank == dying:
             return "died"
-        os.close(gone.w)
         buf = bytearray(len(data))
         try:
             b.broadcast(buf)
@@ -220,9 +215,9 @@ def test_dead_peer_gives_epipe_not_sigpipe(dying, base_path):
             return _ranks.error_details(exc)
         return bytes(buf) == data
 
-    out = run_forked([root, lambda: peer(1), lambda: peer(2)], close_in_parent=gone.fds())
-    assert out[0].status == "ok", out[0].describe()  # not killed by SIGPIPE
-    (details, sigpipe_default), first, second = values(out)
+    out = run_ranks({0: root, 1: peer, 2: peer}, **_ranks.RUN)
+    assert out.outcomes[0].status is Status.OK, out.report()  # not killed by SIGPIPE
+    (details, sigpipe_default), first, second = out.values()
     assert sigpipe_default
     assert (first, second)[dying - 1] == "died"
     _named(details, rank=0)
@@ -242,7 +237,7 @@ def test_dead_peer_gives_epipe_not_sigpipe(dying, base_path):
 def test_root_dying_mid_broadcast_gives_peer_closed_with_byte_count(base_path):
     path = base_path + "_0.sock"
 
-    def rogue_root():
+    def rogue_root(ctx):
         deadline = wire.Deadline.after(_ranks.SHORT)
         with wire.listen(path, 8) as srv, wire.accept(srv, deadline) as conn:
             announced = wire.recv_exact(conn, 4, deadline)
@@ -250,7 +245,7 @@ def test_root_dying_mid_broadcast_gives_peer_closed_with_byte_count(base_path):
             wire.send_all(conn, bytes([wire.PROBE]) + b"p" * 1000, deadline)
             return announced
 
-    def peer():
+    def peer(ctx):
         b = _ranks.native()
         b.initialize(1, 2, base_path)
         try:
@@ -259,7 +254,7 @@ def test_root_dying_mid_broadcast_gives_peer_closed_with_byte_count(base_path):
             return _ranks.error_details(exc)
         return None
 
-    announced, details = values(run_forked([rogue_root, peer]))
+    announced, details = run_ranks({0: rogue_root, 1: peer}, **_ranks.RUN).values()
     assert announced == wire.pack_rank(1)
     _named(details, rank=1)
     assert details["type"] == "NativePeerClosedError" and "peer closed" in details["message"]
@@ -268,16 +263,15 @@ def test_root_dying_mid_broadcast_gives_peer_closed_with_byte_count(base_path):
 
 
 def test_io_deadline_on_a_stalled_root(base_path):
-    peer_done = Signal()
 
-    def root():
+    def root(ctx):
         b = _ranks.native()
         b.initialize(0, 2, base_path)
-        peer_done.wait()  # alive but never broadcasting
+        ctx.wait("peer_done")  # alive but never broadcasting
         b.reset()
         return True
 
-    def peer():
+    def peer(ctx):
         b = _ranks.native(io=0.3)
         b.initialize(1, 2, base_path)
         start = time.monotonic()
@@ -287,10 +281,10 @@ def test_io_deadline_on_a_stalled_root(base_path):
             details = _ranks.error_details(exc)
             details["wall"] = time.monotonic() - start
         finally:
-            peer_done.notify()
+            ctx.notify("peer_done")
         return details
 
-    _, details = values(run_forked([root, peer], close_in_parent=peer_done.fds()))
+    _, details = run_ranks({0: root, 1: peer}, **_ranks.RUN).values()
     _named(details, rank=1)
     assert details["type"] == "NativeTimeoutError" and details["errno_name"] == "ETIMEDOUT"
     assert details["phase"] == "broadcast" and 0.3 <= details["wall"] < 10.0
@@ -313,7 +307,7 @@ def test_root_refuses_to_replace_a_non_socket(kind, base_path, short_dir):
     else:
         os.mkdir(path)
     before = os.lstat(path)
-    [details] = values(run_forked([lambda: _init_error(0, 2, base_path)]))
+    [details] = run_ranks(lambda ctx: _init_error(0, 2, base_path), 1, **_ranks.RUN).values()
     _named(details, rank=0)
     assert details["type"] == "NativeSecurityError" and f"a {kind} at" in details["message"]
     after = os.lstat(path)
@@ -338,7 +332,8 @@ def _socket_fds():
 
 
 def test_every_socket_is_cloexec_and_a_failed_init_leaks_none(base_path):
-    def rank(r):
+    def rank(ctx):
+        r = ctx.rank
         before = _socket_fds()
         b = _ranks.native()
         b.initialize(r, 2, base_path)
@@ -349,9 +344,7 @@ def test_every_socket_is_cloexec_and_a_failed_init_leaks_none(base_path):
         after_failure = set(_socket_fds()) - set(before)
         return mine, after_reset, failed["type"], after_failure
 
-    (root_fds, *root_rest), (peer_fds, *peer_rest) = values(
-        run_forked([lambda: rank(0), lambda: rank(1)])
-    )
+    (root_fds, *root_rest), (peer_fds, *peer_rest) = run_ranks(rank, 2, **_ranks.RUN).values()
     assert len(root_fds) == 2 and len(peer_fds) == 1, (root_fds, peer_fds)  # listener + link
     assert all(flags & fcntl.FD_CLOEXEC for flags in [*root_fds.values(), *peer_fds.values()])
     assert root_rest == [set(), "NativeTimeoutError", set()]
@@ -361,12 +354,12 @@ def test_every_socket_is_cloexec_and_a_failed_init_leaks_none(base_path):
 def test_control_a_plain_send_to_a_dead_peer_is_killed_by_sigpipe():
     """Shows the SIGPIPE tests above can fail: without MSG_NOSIGNAL the process dies."""
 
-    def body():
+    def body(ctx):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         a, b = socket.socketpair()
         b.close()
         a.send(b"x" * 65536)  # Python's send has no MSG_NOSIGNAL
         return "survived"
 
-    [out] = run_forked([body])
-    assert out.status == "signaled" and out.signal == signal.SIGPIPE, out.describe()
+    [out] = run_ranks(body, 1, **_ranks.RUN).outcomes
+    assert out.status is Status.SIGNALED and out.signal == signal.SIGPIPE, out.report()

@@ -15,16 +15,17 @@ import signal
 import pytest
 
 from tpbcast.conformance.adapters.native import make as make_native
+from tpbcast.harness import Status, run_ranks
 
 from . import _ranks
-from ._forkrun import Signal, run_forked, values
 
 reference = pytest.importorskip("tpbcast.reference_impl.conformance_adapter")
 
 SIZES = (*_ranks.SIZES, 3, 65537)
 
 
-def _rank(kind: str, rank: int, world: int, base: str, seed: int):
+def _rank(ctx, roles: list[str], base: str, seed: int):
+    kind, rank, world = roles[ctx.rank], ctx.rank, ctx.world_size
     b = make_native() if kind == "C" else reference.make()
     b.set_deadlines(connect=_ranks.SHORT, init=_ranks.SHORT, io=_ranks.SHORT)
     b.initialize(rank, world, base)
@@ -56,11 +57,7 @@ def test_mixed_group_moves_identical_bytes(kinds, base_path):
     roles = kinds.split("+")
     world = len(roles)
     seed = int.from_bytes(os.urandom(4), "little")
-    got = values(
-        run_forked(
-            [(lambda r=r, k=k: _rank(k, r, world, base_path, seed)) for r, k in enumerate(roles)]
-        )
-    )
+    got = run_ranks(_rank, world, args=(roles, base_path, seed), **_ranks.RUN).values()
     assert [impl for _, impl, _ in got] == [
         "NativeBroadcaster" if k == "C" else "ReferenceAdapter" for k in roles
     ], "each rank must run the implementation the test asked for"
@@ -75,14 +72,13 @@ def test_mixed_group_moves_identical_bytes(kinds, base_path):
 def test_mixed_peer_death_is_reported_by_either_root(root_kind, base_path):
     """The other implementation's peer dies; the root names it, never "Success"."""
     peer_kind = "py" if root_kind == "C" else "C"
-    gone = Signal()
 
-    def root():
+    def root(ctx):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         b = make_native() if root_kind == "C" else reference.make()
         b.set_deadlines(connect=_ranks.SHORT, init=_ranks.SHORT, io=_ranks.SHORT)
         b.initialize(0, 2, base_path)
-        gone.wait_closed()
+        _ranks.wait_until_a_rank_ends(ctx, "gone")
         try:
             b.broadcast(bytearray(1 << 20))
         except Exception as exc:
@@ -91,16 +87,15 @@ def test_mixed_peer_death_is_reported_by_either_root(root_kind, base_path):
             b.reset()
         return None
 
-    def peer():
-        os.close(gone.r)
+    def peer(ctx):
         b = make_native() if peer_kind == "C" else reference.make()
         b.set_deadlines(connect=_ranks.SHORT, init=_ranks.SHORT, io=_ranks.SHORT)
         b.initialize(1, 2, base_path)
         return "died"
 
-    out = run_forked([root, peer], close_in_parent=gone.fds())
-    assert out[0].status == "ok", out[0].describe()
-    result, died = values(out)
+    out = run_ranks({0: root, 1: peer}, **_ranks.RUN)
+    assert out.outcomes[0].status is Status.OK, out.report()
+    result, died = out.values()
     assert died == "died" and result is not None, "the root did not notice the dead peer"
     name, message, peer_field = result
     assert "PeerClosed" in name and peer_field == 1

@@ -15,19 +15,19 @@ from tpbcast.conformance.adapters.native import (
     NativeReinitMismatchError,
     make,
 )
+from tpbcast.harness import run_ranks
 
 from . import _ranks
-from ._forkrun import Signal, run_forked, values
+
+
+def _roundtrip(ctx, base_path, seed):
+    return _ranks.roundtrip_rank(ctx.rank, ctx.world_size, base_path, seed)
 
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_random_payloads_arrive_intact(world, base_path):
     seed = int.from_bytes(os.urandom(4), "little")
-    got = values(
-        run_forked(
-            [(lambda r=r: _ranks.roundtrip_rank(r, world, base_path, seed)) for r in range(world)]
-        )
-    )
+    got = run_ranks(_roundtrip, world, args=(base_path, seed), **_ranks.RUN).values()
     want = _ranks.expected_digests(seed)
     for rank, digests in enumerate(got):
         assert digests == want, f"rank {rank} got other bytes (seed {seed})"
@@ -38,7 +38,7 @@ def test_buffer_types_and_several_buffers(base_path):
     np = pytest.importorskip("numpy")
     data = [_ranks.payload(7, n) for n in (3, 4096, 10)]
 
-    def root():
+    def root(ctx):
         b = _ranks.native()
         b.initialize(0, 2, base_path)
         b.broadcast(data[0])  # read-only bytes on the root: copied
@@ -47,7 +47,7 @@ def test_buffer_types_and_several_buffers(base_path):
         b.reset()
         return True
 
-    def peer():
+    def peer(ctx):
         b = _ranks.native()
         b.initialize(1, 2, base_path)
         first = bytearray(3)
@@ -63,13 +63,15 @@ def test_buffer_types_and_several_buffers(base_path):
         b.reset()
         return bytes(first), second.tobytes(), bytes(third), bytes(fourth), readonly
 
-    _, (first, second, third, fourth, readonly) = values(run_forked([root, peer]))
+    _, (first, second, third, fourth, readonly) = run_ranks(
+        {0: root, 1: peer}, **_ranks.RUN
+    ).values()
     assert (first, second, third, fourth) == (data[0], data[1], data[2], data[0])
     assert "writable buffer" in readonly
 
 
 def test_check_order_and_no_ops_at_world_one(base_path):
-    def body():
+    def body(ctx):
         b = make()
         seen = []
         for call in (
@@ -86,7 +88,7 @@ def test_check_order_and_no_ops_at_world_one(base_path):
         b.initialize(0, 1, base_path)  # identical re-init: no-op, also at world 1
         return seen, b.is_initialized()
 
-    [(seen, initialized)] = values(run_forked([body]))
+    [(seen, initialized)] = run_ranks(body, 1, **_ranks.RUN).values()
     assert seen[0][0] == NativeNotInitializedError.__name__
     assert "before initialize" in seen[0][1]
     assert seen[1][0] == NativeConfigurationError.__name__ and "root=1" in seen[1][1]
@@ -106,7 +108,7 @@ def test_check_order_and_no_ops_at_world_one(base_path):
     ],
 )
 def test_bad_arguments_are_configuration_errors(rank, world, base, needle, native_library):
-    def body():
+    def body(ctx):
         b = make()
         try:
             b.initialize(rank, world, base)
@@ -114,7 +116,7 @@ def test_bad_arguments_are_configuration_errors(rank, world, base, needle, nativ
             return str(exc), isinstance(exc, ValueError), b.is_initialized()
         return None
 
-    [result] = values(run_forked([body]))
+    [result] = run_ranks(body, 1, **_ranks.RUN).values()
     assert result is not None, "initialize accepted bad arguments"
     message, is_value_error, initialized = result
     assert needle in message and is_value_error and not initialized
@@ -122,41 +124,38 @@ def test_bad_arguments_are_configuration_errors(rank, world, base, needle, nativ
 
 def test_reset_then_reinit_same_and_new_path(base_path):
     other = base_path + "2"
-    root_reset, peer_reset = Signal(), Signal()
     data = _ranks.payload(3, 999)
 
-    def root():
+    def root(ctx):
         b = _ranks.native()
         fds_before = _ranks.open_fds()
         gens = [b.generation]
-        for path in (base_path, base_path, other):
+        for step, path in enumerate((base_path, base_path, other)):
             b.initialize(0, 2, path)
             b.broadcast(bytearray(data))
-            peer_reset.wait()
+            ctx.wait(f"peer_reset{step}")
             b.reset()
             b.reset()  # idempotent
             gens.append(b.generation)
             exists = os.path.exists(path + "_0.sock")
-            root_reset.notify()
+            ctx.notify(f"root_reset{step}")
             assert not exists, "socket file survived reset"
         return gens, _ranks.open_fds() - fds_before, b.is_initialized()
 
-    def peer():
+    def peer(ctx):
         b = _ranks.native()
         got = []
-        for path in (base_path, base_path, other):
+        for step, path in enumerate((base_path, base_path, other)):
             b.initialize(1, 2, path)
             buf = bytearray(len(data))
             b.broadcast(buf)
             got.append(hashlib.sha256(buf).hexdigest())
             b.reset()
-            peer_reset.notify()
-            root_reset.wait()  # never reconnect to the old listener
+            ctx.notify(f"peer_reset{step}")
+            ctx.wait(f"root_reset{step}")  # never reconnect to the old listener
         return got
 
-    (gens, leaked, initialized), got = values(
-        run_forked([root, peer], close_in_parent=root_reset.fds() + peer_reset.fds())
-    )
+    (gens, leaked, initialized), got = run_ranks({0: root, 1: peer}, **_ranks.RUN).values()
     assert got == [hashlib.sha256(data).hexdigest()] * 3
     # +1 per reset() call, even an idempotent one on an uninitialized broadcaster
     assert gens == [gens[0] + 2 * i for i in range(4)], gens
@@ -170,20 +169,17 @@ def test_a_stale_socket_is_replaced(base_path):
     stale.close()  # a dead rank 0 left its socket file behind
     assert os.path.exists(base_path + "_0.sock")
     seed = 11
-    got = values(
-        run_forked([(lambda r=r: _ranks.roundtrip_rank(r, 2, base_path, seed)) for r in range(2)])
-    )
+    got = run_ranks(_roundtrip, 2, args=(base_path, seed), **_ranks.RUN).values()
     assert got == [_ranks.expected_digests(seed)] * 2
 
 
 def test_socket_is_private_and_failed_broadcast_breaks_until_reset(base_path):
-    peer_gone = Signal()
 
-    def root():
+    def root(ctx):
         b = _ranks.native()
         b.initialize(0, 2, base_path)
         mode = os.stat(base_path + "_0.sock").st_mode & 0o777
-        peer_gone.wait_closed()
+        _ranks.wait_until_a_rank_ends(ctx, "peer_gone")
         errors = []
         for _ in range(2):
             try:
@@ -194,13 +190,12 @@ def test_socket_is_private_and_failed_broadcast_breaks_until_reset(base_path):
         b.initialize(0, 1, base_path)  # usable again after reset
         return mode, errors
 
-    def peer():
-        os.close(peer_gone.r)
+    def peer(ctx):
         b = _ranks.native()
         b.initialize(1, 2, base_path)
         return True  # exits: closes its end of the link
 
-    (mode, errors), _ = values(run_forked([root, peer], close_in_parent=peer_gone.fds()))
+    (mode, errors), _ = run_ranks({0: root, 1: peer}, **_ranks.RUN).values()
     assert mode == 0o600
     assert errors == ["NativePeerClosedError", NativeBrokenError.__name__]
 
@@ -208,7 +203,7 @@ def test_socket_is_private_and_failed_broadcast_breaks_until_reset(base_path):
 def test_python_side_argument_checks(base_path):
     np = pytest.importorskip("numpy")
 
-    def body():
+    def body(ctx):
         b = make()
         seen = []
         for call in (
@@ -225,7 +220,7 @@ def test_python_side_argument_checks(base_path):
                 seen.append(str(exc))
         return seen, b.is_initialized()
 
-    [(seen, initialized)] = values(run_forked([body]))
+    [(seen, initialized)] = run_ranks(body, 1, **_ranks.RUN).values()
     assert "rank must fit a C int" in seen[0]
     assert "NUL" in seen[1]
     assert "io must be >= 0" in seen[2] and "init must be >= 0" in seen[3]
@@ -237,7 +232,8 @@ def test_two_groups_share_a_directory_and_identical_reinit_is_a_no_op(base_path)
     other = base_path + "-b"
     seeds = {base_path: 21, other: 22}
 
-    def rank(r, path):
+    def rank(ctx):
+        r, path = ctx.rank % 2, (base_path, other)[ctx.rank // 2]
         b = _ranks.native()
         b.initialize(r, 2, path)
         fds = _ranks.open_fds()
@@ -251,9 +247,7 @@ def test_two_groups_share_a_directory_and_identical_reinit_is_a_no_op(base_path)
         b.reset()
         return same, digests
 
-    got = values(
-        run_forked([(lambda r=r, p=p: rank(r, p)) for p in (base_path, other) for r in range(2)])
-    )
+    got = run_ranks(rank, 4, **_ranks.RUN).values()
     assert [same for same, _ in got] == [True] * 4
     assert [d for _, d in got[:2]] == [_ranks.expected_digests(seeds[base_path])] * 2
     assert [d for _, d in got[2:]] == [_ranks.expected_digests(seeds[other])] * 2

@@ -11,13 +11,19 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import select
 import socket
+from typing import Any
 
 import pytest
 
 from tpbcast.harness import wire
 from tpbcast.reference_impl import BroadcasterConfig
 
+#: ``run_ranks`` keywords of the reference self-tests' groups: one 20 s deadline, and
+#: once a process failed the others get 10 s more (they usually learn of the failure
+#: through a closed socket within milliseconds; some tests kill a process on purpose).
+RUN: dict[str, Any] = {"timeout": 20.0, "fail_fast_grace": 10.0}
 #: How long a raw socket in these tests waits for the other end.
 RAW_WAIT = 10.0
 
@@ -73,3 +79,28 @@ def rest_until_closed(sock: socket.socket, *, allow_reset: bool = True) -> bytes
     if seen.kind is wire.CloseKind.EOF or (allow_reset and seen.kind is wire.CloseKind.RESET):
         return b""
     raise AssertionError(f"the other end did not close cleanly: {seen}")
+
+
+class Event:
+    """A one-way point between processes of DIFFERENT groups (a pipe made before forking).
+
+    Within one group, ordering is ``ctx.notify``/``ctx.wait``; but two launchers that
+    each run their own group (``run_ranks`` inside a rank) have no sync point in common,
+    and their grandchildren order themselves with this.  ``notify(n)`` releases ``n``
+    waits; the test process closes both ends afterwards (``close``).
+    """
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+
+    def notify(self, times: int = 1) -> None:
+        os.write(self.w, b"x" * times)
+
+    def wait(self, timeout: float = 20.0) -> None:
+        ready, _, _ = select.select([self.r], [], [], timeout)
+        if not ready or os.read(self.r, 1) != b"x":
+            raise TimeoutError(f"event not notified within {timeout} s")
+
+    def close(self) -> None:
+        os.close(self.r)
+        os.close(self.w)

@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import pytest
 
+from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import CpuTpBroadcaster
 
-from ._forkrun import fork_all, values
-from ._helpers import fast_config, payload
+from ._helpers import RUN, fast_config, payload
 
 SIZES = (1, 0, 3 << 20, 4099)
 
@@ -32,7 +32,7 @@ def native_make() -> Callable[[], object]:
 
 
 def _rank(kind: str, rank: int, world_size: int, base: str, native_make: Callable[[], object]):
-    def main() -> list[bytes]:
+    def main(ctx: RankContext) -> list[bytes]:
         if kind == "py":
             b: object = CpuTpBroadcaster(fast_config())
         else:
@@ -59,6 +59,6 @@ def test_reference_and_native_in_one_group(
     base_path: str, kinds: tuple[str, ...], native_make: Callable[[], object]
 ) -> None:
     world_size = len(kinds)
-    funcs = [_rank(k, r, world_size, base_path, native_make) for r, k in enumerate(kinds)]
-    results = values(fork_all(funcs, timeout=30))
+    ranks = {r: _rank(k, r, world_size, base_path, native_make) for r, k in enumerate(kinds)}
+    results = run_ranks(ranks, **(RUN | {"timeout": 30.0})).values()
     assert all(r == results[0] for r in results)

@@ -13,11 +13,10 @@ import struct
 
 import pytest
 
-from tpbcast.harness import wire
+from tpbcast.harness import RankContext, SyncTimeoutError, run_ranks, wire
 from tpbcast.reference_impl import CpuTpBroadcaster
 
-from ._forkrun import Event, fork_all, values
-from ._helpers import RAW_WAIT, fast_config, payload
+from ._helpers import RAW_WAIT, RUN, fast_config, payload
 
 SIZES = (5, 0, 70001)
 RAW_PROBE = bytes([wire.PROBE])
@@ -34,7 +33,7 @@ def _ends_here(sock: socket.socket, deadline: wire.Deadline) -> None:
 def test_reference_root_with_raw_peers(base_path: str, world_size: int) -> None:
     expected = b"".join(payload(40 + i, n) for i, n in enumerate(SIZES))
 
-    def root() -> bool:
+    def root(ctx: RankContext) -> bool:
         b = CpuTpBroadcaster(fast_config())
         b.initialize(0, world_size, base_path)
         b.broadcast([payload(40 + i, n) for i, n in enumerate(SIZES)])
@@ -43,7 +42,7 @@ def test_reference_root_with_raw_peers(base_path: str, world_size: int) -> None:
         return True
 
     def raw_peer(rank: int):
-        def main() -> tuple[bytes, bytes, bytes]:
+        def main(ctx: RankContext) -> tuple[bytes, bytes, bytes]:
             deadline = wire.Deadline.after(RAW_WAIT)
             sock = wire.connect(wire.socket_path(base_path), deadline)
             wire.send_all(sock, struct.pack("=i", rank), deadline)  # 4 bytes, native int32
@@ -57,7 +56,8 @@ def test_reference_root_with_raw_peers(base_path: str, world_size: int) -> None:
         return main
 
     # raw peers start in descending rank order: slots follow the announced rank
-    results = values(fork_all([root] + [raw_peer(k) for k in range(world_size - 1, 0, -1)]))
+    ranks = {0: root} | {i: raw_peer(world_size - i) for i in range(1, world_size)}
+    results = run_ranks(ranks, **RUN).values()
     assert results[0] is True
     for probe, data, tail in results[1:]:
         assert probe == RAW_PROBE
@@ -67,34 +67,39 @@ def test_reference_root_with_raw_peers(base_path: str, world_size: int) -> None:
 
 def test_probe_only_after_every_peer_announced(base_path: str) -> None:
     """Rank 0 sends 0x5a to nobody before the last peer's rank arrived."""
-    peer2_announcing = Event()
 
-    def root() -> bool:
+    def root(ctx: RankContext) -> bool:
         b = CpuTpBroadcaster(fast_config())
         b.initialize(0, 3, base_path)
         b.reset()
         return True
 
-    def raw_peer1() -> tuple[bytes, bool]:
+    def raw_peer1(ctx: RankContext) -> tuple[bytes, bool]:
         deadline = wire.Deadline.after(RAW_WAIT)
         sock = wire.connect(wire.socket_path(base_path), deadline)
         wire.send_all(sock, struct.pack("=i", 1), deadline)
         probe = wire.recv_exact(sock, 1, deadline)
-        # peer 2 notified BEFORE sending its rank; the probe can only follow that rank
-        announced_before_probe = peer2_announcing.is_set()
+        # peer 2 notified BEFORE sending its rank; the probe can only follow that rank, so
+        # the notification is already here: look without waiting for it (1 ms poll)
+        try:
+            ctx.wait("peer2_announcing", timeout=0.001)
+            announced_before_probe = True
+        except SyncTimeoutError:
+            announced_before_probe = False
         _ends_here(sock, deadline)
         return probe, announced_before_probe
 
-    def raw_peer2() -> bytes:
+    def raw_peer2(ctx: RankContext) -> bytes:
         deadline = wire.Deadline.after(RAW_WAIT)
         sock = wire.connect(wire.socket_path(base_path), deadline)
-        peer2_announcing.notify()
+        ctx.notify("peer2_announcing")
         wire.send_all(sock, struct.pack("=i", 2), deadline)
         probe = wire.recv_exact(sock, 1, deadline)
         _ends_here(sock, deadline)
         return probe
 
-    ok, (probe1, ordered), probe2 = values(fork_all([root, raw_peer1, raw_peer2]))
+    ranks = {0: root, 1: raw_peer1, 2: raw_peer2}
+    ok, (probe1, ordered), probe2 = run_ranks(ranks, **RUN).values()
     assert ok and probe1 == probe2 == RAW_PROBE
     assert ordered
 
@@ -103,7 +108,7 @@ def test_probe_only_after_every_peer_announced(base_path: str) -> None:
 def test_raw_root_with_reference_peers(base_path: str, world_size: int) -> None:
     expected = [payload(60 + i, n) for i, n in enumerate(SIZES)]
 
-    def raw_root() -> list[int]:
+    def raw_root(ctx: RankContext) -> list[int]:
         deadline = wire.Deadline.after(RAW_WAIT)
         listener = wire.listen(wire.socket_path(base_path), world_size - 1)
         by_rank = {}
@@ -122,20 +127,17 @@ def test_raw_root_with_reference_peers(base_path: str, world_size: int) -> None:
         listener.close()
         return sorted(by_rank)
 
-    def peer(rank: int):
-        def main() -> list[bytes]:
-            b = CpuTpBroadcaster(fast_config())
-            b.initialize(rank, world_size, base_path)
-            bufs = [bytearray(n) for n in SIZES]
-            b.broadcast(bufs)
-            b.reset()
-            return [bytes(x) for x in bufs]
-
-        return main
+    def peer(ctx: RankContext) -> list[bytes]:
+        b = CpuTpBroadcaster(fast_config())
+        b.initialize(ctx.rank + 1, world_size, base_path)
+        bufs = [bytearray(n) for n in SIZES]
+        b.broadcast(bufs)
+        b.reset()
+        return [bytes(x) for x in bufs]
 
     # the peers start first: their connect retries until the raw root listens
-    outcomes = fork_all([peer(k) for k in range(1, world_size)] + [raw_root])
-    results = values(outcomes)
+    ranks = dict.fromkeys(range(world_size - 1), peer) | {world_size - 1: raw_root}
+    results = run_ranks(ranks, **RUN).values()
     assert results[-1] == list(range(1, world_size))
     for got in results[:-1]:
         assert got == expected

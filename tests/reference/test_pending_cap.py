@@ -11,23 +11,21 @@ from __future__ import annotations
 import contextlib
 import os
 
-from tpbcast.harness import wire
+from tpbcast.harness import RankContext, run_ranks, wire
 from tpbcast.reference_impl import CpuTpBroadcaster, HandshakeError
 
-from ._forkrun import Event, fork_all, values
-from ._helpers import RAW_WAIT, fast_config, list_fds, rest_until_closed
+from ._helpers import RAW_WAIT, RUN, fast_config, list_fds, rest_until_closed
 
 
-def _silent_connections(
-    base_path: str, count: int, opened: Event, done: Event, *, waiters: int = 1
-):
-    """Open ``count`` connections that never announce a rank; report what rank 0 did."""
+def _silent_connections(base_path: str, count: int):
+    """Open ``count`` connections that never announce a rank (then notify "opened"); once
+    rank 0 notified "done", report what it did to them."""
 
-    def main() -> tuple[int, int, list[bytes]]:
+    def main(ctx: RankContext) -> tuple[int, int, list[bytes]]:
         deadline = wire.Deadline.after(RAW_WAIT)
         socks = [wire.connect(wire.socket_path(base_path), deadline) for _ in range(count)]
-        opened.notify(waiters)  # every connect returned: each is in rank 0's accept queue
-        done.wait()
+        ctx.notify("opened")  # every connect returned: each is in rank 0's accept queue
+        ctx.wait("done")
         rests = []
         for sock in socks:
             rests.append(rest_until_closed(sock))  # closed by rank 0: EOF (or a reset)
@@ -39,9 +37,8 @@ def _silent_connections(
 
 def test_a_flood_of_silent_connections_fails_at_the_cap_naming_it(base_path: str) -> None:
     world_size, cap = 3, 4  # cap = 2*(world_size-1)
-    opened, done = Event(), Event()
 
-    def root() -> tuple[BaseException, bool, bool]:
+    def root(ctx: RankContext) -> tuple[BaseException, bool, bool]:
         before = list_fds()
         b = CpuTpBroadcaster(fast_config(init_timeout=6.0))
         try:
@@ -51,11 +48,13 @@ def test_a_flood_of_silent_connections_fails_at_the_cap_naming_it(base_path: str
         else:
             raise AssertionError("initialize succeeded with only silent connections")
         finally:
-            done.notify()
+            ctx.notify("done")
         return err, list_fds() == before, not os.path.exists(base_path + "_0.sock")
 
-    flood = _silent_connections(base_path, cap + 1, opened, done)
-    (err, fds_restored, socket_gone), (pid, n, rests) = values(fork_all([root, flood]))
+    flood = _silent_connections(base_path, cap + 1)
+    (err, fds_restored, socket_gone), (pid, n, rests) = run_ranks(
+        {0: root, 1: flood}, **RUN
+    ).values()
     # 1. The flood happened: cap + 1 connections were made and none announced a rank.
     assert n == cap + 1 and rests == [b""] * n  # every one closed, never probed
     # 2. The one over the cap failed initialize at once (not at the 6 s init deadline),
@@ -77,9 +76,8 @@ def test_silent_connections_up_to_the_peer_count_still_let_the_group_form(
 ) -> None:
     """The cap leaves room: n-1 silent connections plus the n-1 real peers fit."""
     world_size = 3
-    opened, done = Event(), Event()
 
-    def root() -> bytes:
+    def root(ctx: RankContext) -> bytes:
         b = CpuTpBroadcaster(fast_config(init_timeout=10.0))
         try:
             b.initialize(0, world_size, base_path)
@@ -89,21 +87,19 @@ def test_silent_connections_up_to_the_peer_count_still_let_the_group_form(
         finally:
             with contextlib.suppress(Exception):
                 b.reset()
-            done.notify()
+            ctx.notify("done")
 
-    def peer(rank: int):
-        def main() -> bytes:
-            opened.wait()  # the silent ones are pending first
-            b = CpuTpBroadcaster(fast_config(init_timeout=10.0))
-            b.initialize(rank, world_size, base_path)
-            data = bytearray(6)
-            b.broadcast(data)
-            b.reset()
-            return bytes(data)
+    def peer(ctx: RankContext) -> bytes:
+        ctx.wait("opened")  # the silent ones are pending first
+        b = CpuTpBroadcaster(fast_config(init_timeout=10.0))
+        b.initialize(ctx.rank - 1, world_size, base_path)
+        data = bytearray(6)
+        b.broadcast(data)
+        b.reset()
+        return bytes(data)
 
-        return main
-
-    silent = _silent_connections(base_path, world_size - 1, opened, done, waiters=world_size - 1)
-    sent, (_, n, rests), got1, got2 = values(fork_all([root, silent, peer(1), peer(2)]))
+    silent = _silent_connections(base_path, world_size - 1)
+    ranks = {0: root, 1: silent, 2: peer, 3: peer}
+    sent, (_, n, rests), got1, got2 = run_ranks(ranks, **RUN).values()
     assert n == world_size - 1 and rests == [b""] * n  # dropped once the group formed
     assert sent == got1 == got2 == b"formed"

@@ -7,17 +7,18 @@ import hashlib
 
 import pytest
 
+from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import ConfigurationError, CpuTpBroadcaster
 
-from ._forkrun import run_group, values
-from ._helpers import fast_config, needs_numpy, needs_torch, payload
+from ._helpers import RUN, fast_config, needs_numpy, needs_torch, payload
 
 SIZES = (0, 1, 7, 4099, 65537, 8 << 20)
 
 
 @pytest.mark.parametrize("world_size", [2, 4, 8])
 def test_random_payloads_reach_every_rank(world_size: int, base_path: str) -> None:
-    def rank_main(rank: int) -> list[str]:
+    def rank_main(ctx: RankContext) -> list[str]:
+        rank = ctx.rank
         b = CpuTpBroadcaster(fast_config())
         b.initialize(rank, world_size, base_path)
         digests = []
@@ -37,7 +38,7 @@ def test_random_payloads_reach_every_rank(world_size: int, base_path: str) -> No
         b.reset()
         return digests
 
-    digests = values(run_group(rank_main, world_size, timeout=40))
+    digests = run_ranks(rank_main, world_size, **(RUN | {"timeout": 40.0})).values()
     assert all(d == digests[0] for d in digests)
     assert len(set(digests[0])) == len(SIZES)  # the payloads really differed
 
@@ -45,7 +46,8 @@ def test_random_payloads_reach_every_rank(world_size: int, base_path: str) -> No
 def test_several_buffers_go_back_to_back(base_path: str) -> None:
     sizes = (3, 0, 1 << 16, 5)
 
-    def rank_main(rank: int) -> bool:
+    def rank_main(ctx: RankContext) -> bool:
+        rank = ctx.rank
         b = CpuTpBroadcaster(fast_config())
         b.initialize(rank, 3, base_path)
         expected = [payload(10 + i, n) for i, n in enumerate(sizes)]
@@ -66,13 +68,15 @@ def test_several_buffers_go_back_to_back(base_path: str) -> None:
         b.reset()
         return True
 
-    assert values(run_group(rank_main, 3)) == [True] * 3
+    assert run_ranks(rank_main, 3, **RUN).values() == [True] * 3
 
 
 @needs_numpy
 def test_numpy_arrays_contiguous_and_not(base_path: str) -> None:
-    def rank_main(rank: int) -> bool:
+    def rank_main(ctx: RankContext) -> bool:
         import numpy as np
+
+        rank = ctx.rank
 
         b = CpuTpBroadcaster(fast_config())
         b.initialize(rank, 2, base_path)
@@ -107,14 +111,16 @@ def test_numpy_arrays_contiguous_and_not(base_path: str) -> None:
         b.reset()
         return True
 
-    assert values(run_group(rank_main, 2)) == [True, True]
+    assert run_ranks(rank_main, 2, **RUN).values() == [True, True]
 
 
 @needs_torch
 def test_torch_tensors_contiguous_and_not(base_path: str) -> None:
     # torch is imported only inside the forked ranks: never in the pytest parent.
-    def rank_main(rank: int) -> bool:
+    def rank_main(ctx: RankContext) -> bool:
         import torch
+
+        rank = ctx.rank
 
         torch.set_num_threads(1)
         b = CpuTpBroadcaster(fast_config())
@@ -150,7 +156,7 @@ def test_torch_tensors_contiguous_and_not(base_path: str) -> None:
         b.reset()
         return True
 
-    assert values(run_group(rank_main, 2, timeout=60)) == [True, True]
+    assert run_ranks(rank_main, 2, **(RUN | {"timeout": 60.0})).values() == [True, True]
 
 
 def test_world_size_one_and_zero_bytes_move_nothing(base_path: str) -> None:
@@ -163,7 +169,8 @@ def test_world_size_one_and_zero_bytes_move_nothing(base_path: str) -> None:
     assert b.statistics().bytes_sent == 0
     b.reset()
 
-    def rank_main(rank: int) -> bytes:
+    def rank_main(ctx: RankContext) -> bytes:
+        rank = ctx.rank
         bb = CpuTpBroadcaster(fast_config())
         bb.initialize(rank, 2, base_path)
         empty = bytearray()
@@ -174,4 +181,4 @@ def test_world_size_one_and_zero_bytes_move_nothing(base_path: str) -> None:
         bb.reset()
         return bytes(seven)
 
-    assert values(run_group(rank_main, 2)) == [b"\x01" * 4] * 2
+    assert run_ranks(rank_main, 2, **RUN).values() == [b"\x01" * 4] * 2

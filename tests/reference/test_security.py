@@ -10,6 +10,7 @@ import stat
 
 import pytest
 
+from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import (
     ConfigurationError,
     CpuTpBroadcaster,
@@ -18,8 +19,7 @@ from tpbcast.reference_impl import (
     make_base_path,
 )
 
-from ._forkrun import Event, fork_all, run_group, values
-from ._helpers import fast_config, list_fds
+from ._helpers import RUN, Event, fast_config, list_fds
 
 is_root = os.geteuid() == 0
 NOBODY = 65534
@@ -31,29 +31,27 @@ def _mode(path: str) -> int:
 
 def test_socket_file_0600_and_new_dir_0700(short_dir: str) -> None:
     base = os.path.join(short_dir, "new", "g")  # the directory does not exist yet
-    ready = Event()
-    checked = Event()
 
-    def root() -> tuple[int, int]:
+    def root(ctx: RankContext) -> tuple[int, int]:
         old_umask = os.umask(0)  # the widest umask must not widen our modes
         b = CpuTpBroadcaster(fast_config())
         b.initialize(0, 2, base)
-        ready.notify()
+        ctx.notify("ready")
         modes = (_mode(os.path.dirname(base)), _mode(base + "_0.sock"))
-        checked.wait()
+        ctx.wait("checked")
         b.reset()
         os.umask(old_umask)
         return modes
 
-    def peer() -> bool:
+    def peer(ctx: RankContext) -> bool:
         b = CpuTpBroadcaster(fast_config())
         b.initialize(1, 2, base)
-        ready.wait()
-        checked.notify()
+        ctx.wait("ready")
+        ctx.notify("checked")
         b.reset()
         return True
 
-    (dir_mode, sock_mode), _ = values(fork_all([root, peer]))
+    (dir_mode, sock_mode), _ = run_ranks({0: root, 1: peer}, **RUN).values()
     assert dir_mode == 0o700
     assert sock_mode == 0o600
     assert not os.path.exists(base + "_0.sock")  # reset removed it
@@ -127,17 +125,17 @@ def test_stale_socket_is_replaced(base_path: str) -> None:
     stale.close()
     os.chmod(base_path + "_0.sock", 0o640)  # marks the leftover (inodes get reused)
 
-    def rank_main(rank: int) -> bytes:
+    def rank_main(ctx: RankContext) -> bytes:
         b = CpuTpBroadcaster(fast_config())
-        b.initialize(rank, 2, base_path)
-        if rank == 0:
+        b.initialize(ctx.rank, 2, base_path)
+        if ctx.rank == 0:
             assert _mode(base_path + "_0.sock") == 0o600  # a fresh socket replaced it
-        buf = bytearray(b"new!" if rank == 0 else 4)
+        buf = bytearray(b"new!" if ctx.rank == 0 else 4)
         b.broadcast(buf)
         b.reset()
         return bytes(buf)
 
-    assert values(run_group(rank_main, 2)) == [b"new!", b"new!"]
+    assert run_ranks(rank_main, 2, **RUN).values() == [b"new!", b"new!"]
 
 
 def test_live_listener_is_not_taken_over(base_path: str) -> None:
@@ -157,10 +155,8 @@ def test_live_listener_is_not_taken_over(base_path: str) -> None:
 
 def test_live_listener_bound_by_a_relative_name_is_not_taken_over(base_path: str) -> None:
     """/proc/net/unix shows a relative bind as given; it still counts as live."""
-    listening = Event()
-    done = Event()
 
-    def other_group() -> str:
+    def other_group(ctx: RankContext) -> str:
         os.chdir(os.path.dirname(base_path))
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         name = os.path.basename(base_path) + "_0.sock"
@@ -168,19 +164,19 @@ def test_live_listener_bound_by_a_relative_name_is_not_taken_over(base_path: str
         sock.listen(1)
         with open("/proc/net/unix", "rb") as fh:
             listed = name.encode() in fh.read().split()
-        listening.notify()
-        done.wait()
+        ctx.notify("listening")
+        ctx.wait("done")
         sock.close()
         return "listed" if listed else "not listed"
 
-    def intruder() -> BaseException:
-        listening.wait()
+    def intruder(ctx: RankContext) -> BaseException:
+        ctx.wait("listening")
         try:
             return _init_root_alone(base_path)
         finally:
-            done.notify()
+            ctx.notify("done")
 
-    listed, err = values(fork_all([other_group, intruder]))
+    listed, err = run_ranks({0: other_group, 1: intruder}, **RUN).values()
     assert listed == "listed"  # the fault: a live listener known only by a relative name
     assert isinstance(err, SecurityError), err
     assert "another process is listening" in str(err)
@@ -200,15 +196,15 @@ def test_path_of_107_bytes_works_and_108_is_refused(short_dir: str) -> None:
     base107 = _dir_for_length(short_dir, 107)
     base108 = _dir_for_length(short_dir, 108)
 
-    def rank_main(rank: int) -> bytes:
+    def rank_main(ctx: RankContext) -> bytes:
         b = CpuTpBroadcaster(fast_config())
-        b.initialize(rank, 2, base107)
-        buf = bytearray(b"107" if rank == 0 else 3)
+        b.initialize(ctx.rank, 2, base107)
+        buf = bytearray(b"107" if ctx.rank == 0 else 3)
         b.broadcast(buf)
         b.reset()
         return bytes(buf)
 
-    assert values(run_group(rank_main, 2)) == [b"107", b"107"]
+    assert run_ranks(rank_main, 2, **RUN).values() == [b"107", b"107"]
     for rank in (0, 1):
         with pytest.raises(ConfigurationError, match="108 bytes, the limit is 107"):
             CpuTpBroadcaster(fast_config()).initialize(rank, 2, base108)
@@ -219,18 +215,18 @@ def test_path_of_107_bytes_works_and_108_is_refused(short_dir: str) -> None:
 def test_abstract_namespace(short_dir: str, world_size: int) -> None:
     base = os.path.join(short_dir, "abs")
 
-    def rank_main(rank: int) -> bytes:
+    def rank_main(ctx: RankContext) -> bytes:
         b = CpuTpBroadcaster(fast_config(abstract_namespace=True))
-        b.initialize(rank, world_size, base)
-        if rank == 0:
+        b.initialize(ctx.rank, world_size, base)
+        if ctx.rank == 0:
             with open("/proc/net/unix", "rb") as fh:
                 assert b"@" + (base + "_0.sock").encode() in fh.read()
-        buf = bytearray(b"abstract" if rank == 0 else 8)
+        buf = bytearray(b"abstract" if ctx.rank == 0 else 8)
         b.broadcast(buf)
         b.reset()
         return bytes(buf)
 
-    assert values(run_group(rank_main, world_size)) == [b"abstract"] * world_size
+    assert run_ranks(rank_main, world_size, **RUN).values() == [b"abstract"] * world_size
     assert os.listdir(short_dir) == []  # no file, no stale socket
 
 
@@ -241,7 +237,7 @@ def test_so_peercred_rejects_other_uid(short_dir: str, allowed: bool) -> None:
     root_cfg = fast_config(abstract_namespace=True, allowed_uids=(NOBODY,) if allowed else ())
     peer_cfg = fast_config(abstract_namespace=True, allowed_uids=(0,) if allowed else ())
 
-    def root() -> object:
+    def root(ctx: RankContext) -> object:
         b = CpuTpBroadcaster(root_cfg)
         try:
             b.initialize(0, 2, base)
@@ -250,7 +246,7 @@ def test_so_peercred_rejects_other_uid(short_dir: str, allowed: bool) -> None:
         b.reset()
         return "joined"
 
-    def peer() -> object:
+    def peer(ctx: RankContext) -> object:
         os.setgid(NOBODY)
         os.setuid(NOBODY)  # the fault: a process of another user
         assert os.geteuid() == NOBODY
@@ -262,7 +258,7 @@ def test_so_peercred_rejects_other_uid(short_dir: str, allowed: bool) -> None:
         b.reset()
         return "joined"
 
-    r0, r1 = values(fork_all([root, peer]))
+    r0, r1 = run_ranks({0: root, 1: peer}, **RUN).values()
     if allowed:  # the control: the same setuid peer joins when its uid is allowed
         assert (r0, r1) == ("joined", "joined")
         return
@@ -272,44 +268,43 @@ def test_so_peercred_rejects_other_uid(short_dir: str, allowed: bool) -> None:
 
 
 def test_all_fds_cloexec_and_closed_after_reset(base_path: str) -> None:
-    def rank_main(rank: int) -> tuple[int, bool]:
+    def rank_main(ctx: RankContext) -> tuple[int, bool]:
         before = list_fds()
         b = CpuTpBroadcaster(fast_config())
-        b.initialize(rank, 3, base_path)
+        b.initialize(ctx.rank, 3, base_path)
         new = list_fds() - before
         # listener + 2 peers, or 1 link; plus the abort self-pipe (2 fds)
-        assert len(new) == (3 if rank == 0 else 1) + 2
+        assert len(new) == (3 if ctx.rank == 0 else 1) + 2
         cloexec = all(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC for fd in new)
-        b.broadcast(bytearray(b"x" if rank == 0 else 1))
+        b.broadcast(bytearray(b"x" if ctx.rank == 0 else 1))
         b.reset()
         assert list_fds() == before
         b.reset()  # idempotent: nothing left to close
         assert list_fds() == before
         return len(new), cloexec
 
-    assert values(run_group(rank_main, 3)) == [(5, True), (3, True), (3, True)]
+    assert run_ranks(rank_main, 3, **RUN).values() == [(5, True), (3, True), (3, True)]
     assert not os.path.exists(base_path + "_0.sock")
 
 
 def test_failed_initialize_then_retry_works(base_path: str) -> None:
     """A rank-0 init that timed out leaves nothing behind; the retry succeeds."""
-    first_failed = Event()
 
-    def root() -> bytes:
+    def root(ctx: RankContext) -> bytes:
         b = CpuTpBroadcaster(fast_config(init_timeout=0.3))
         before = list_fds()
         with pytest.raises(Exception):  # noqa: B017  (BroadcastTimeoutError)
             b.initialize(0, 2, base_path)
         assert list_fds() == before and not os.path.exists(base_path + "_0.sock")
-        first_failed.notify()
+        ctx.notify("first_failed")
         b.initialize(0, 2, base_path, config=fast_config())
         buf = bytearray(b"retry")
         b.broadcast(buf)
         b.reset()
         return bytes(buf)
 
-    def peer() -> bytes:
-        first_failed.wait()
+    def peer(ctx: RankContext) -> bytes:
+        ctx.wait("first_failed")
         b = CpuTpBroadcaster(fast_config())
         b.initialize(1, 2, base_path)
         buf = bytearray(5)
@@ -317,35 +312,40 @@ def test_failed_initialize_then_retry_works(base_path: str) -> None:
         b.reset()
         return bytes(buf)
 
-    assert values(fork_all([root, peer])) == [b"retry", b"retry"]
+    assert run_ranks({0: root, 1: peer}, **RUN).values() == [b"retry", b"retry"]
 
 
 def test_two_concurrent_groups_with_make_base_path(short_dir: str) -> None:
-    """Two launchers each start a TP=2 group; the default session ids differ."""
+    """Two launchers each start a TP=2 group; the default session ids differ.
+
+    The two groups order themselves with :class:`Event` pipes: they have no sync point
+    in common (each is its own ``run_ranks``, inside a launcher rank)."""
     both_up = [Event(), Event()]
 
-    def launcher(group: int):
-        def main() -> list[tuple[str, bytes]]:
-            other = both_up[1 - group]
-            mine = both_up[group]
+    def launcher(ctx: RankContext) -> list[tuple[str, bytes]]:
+        group = ctx.rank
+        other = both_up[1 - group]
+        mine = both_up[group]
 
-            def rank_main(rank: int) -> tuple[str, bytes]:
-                # the ranks are siblings under this launcher: same ppid, same path
-                base = make_base_path(base_dir=short_dir, environ={})
-                b = CpuTpBroadcaster(fast_config())
-                b.initialize(rank, 2, base)
-                mine.notify()
-                other.wait()  # the other group is initialized at the same time
-                buf = bytearray(f"group{group}".encode() if rank == 0 else 6)
-                b.broadcast(buf)
-                b.reset()
-                return base, bytes(buf)
+        def rank_main(ctx: RankContext) -> tuple[str, bytes]:
+            # the ranks are siblings under this launcher: same ppid, same path
+            base = make_base_path(base_dir=short_dir, environ={})
+            b = CpuTpBroadcaster(fast_config())
+            b.initialize(ctx.rank, 2, base)
+            mine.notify()
+            other.wait()  # the other group is initialized at the same time
+            buf = bytearray(f"group{group}".encode() if ctx.rank == 0 else 6)
+            b.broadcast(buf)
+            b.reset()
+            return base, bytes(buf)
 
-            return values(run_group(rank_main, 2))
+        return run_ranks(rank_main, 2, **RUN).values()
 
-        return main
-
-    group_a, group_b = values(fork_all([launcher(0), launcher(1)], timeout=30))
+    try:
+        group_a, group_b = run_ranks(launcher, 2, **(RUN | {"timeout": 30.0})).values()
+    finally:
+        for event in both_up:
+            event.close()
     (base_a, _), (base_b, _) = group_a[0], group_b[0]
     assert {base for base, _ in group_a} == {base_a}
     assert {base for base, _ in group_b} == {base_b}
@@ -356,30 +356,28 @@ def test_two_concurrent_groups_with_make_base_path(short_dir: str) -> None:
 
 def test_second_group_on_the_same_path_is_refused_not_hijacking(base_path: str) -> None:
     """Same ppid and no key: the collision is loud, and the first group keeps working."""
-    up = Event()
-    refused = Event()
 
-    def rank_main(rank: int) -> bytes:
+    def rank_main(ctx: RankContext) -> bytes:
         b = CpuTpBroadcaster(fast_config())
-        b.initialize(rank, 2, base_path)
-        if rank == 0:
-            up.notify()
-        refused.wait()
-        buf = bytearray(b"still ok" if rank == 0 else 8)
+        b.initialize(ctx.rank, 2, base_path)
+        if ctx.rank == 0:
+            ctx.notify("up")
+        ctx.wait("refused")
+        buf = bytearray(b"still ok" if ctx.rank == 0 else 8)
         b.broadcast(buf)
         b.reset()
         return bytes(buf)
 
-    def intruder() -> SecurityError:
-        up.wait()
+    def intruder(ctx: RankContext) -> SecurityError:
+        ctx.wait("up")
         try:
             err = _init_root_alone(base_path)
             assert os.path.exists(base_path + "_0.sock")  # the first group's file survives
         finally:
-            refused.notify(2)
+            ctx.notify("refused")
         assert isinstance(err, SecurityError)
         return err
 
-    r0, r1, bad = values(fork_all([lambda: rank_main(0), lambda: rank_main(1), intruder]))
+    r0, r1, bad = run_ranks({0: rank_main, 1: rank_main, 2: intruder}, **RUN).values()
     assert r0 == r1 == b"still ok"
     assert "another process is listening" in str(bad)

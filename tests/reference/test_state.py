@@ -12,6 +12,7 @@ import types
 import pytest
 
 import tpbcast.reference_impl as ref
+from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import (
     BroadcasterConfig,
     BroadcastError,
@@ -28,8 +29,7 @@ from tpbcast.reference_impl import (
 )
 from tpbcast.reference_impl.conformance_adapter import CAPABILITIES, make
 
-from ._forkrun import Event, run_group, values
-from ._helpers import fast_config, needs_numpy
+from ._helpers import RUN, fast_config, needs_numpy
 
 
 def test_broadcast_before_initialize_raises() -> None:
@@ -300,7 +300,8 @@ def test_instance_is_a_process_singleton() -> None:
 def test_forked_child_forgets_inherited_state(base_path: str) -> None:
     """A child must not reuse (or unlink) what its parent set up."""
 
-    def rank_main(rank: int) -> tuple[bool, int]:
+    def rank_main(ctx: RankContext) -> tuple[bool, int]:
+        rank = ctx.rank
         b = CpuTpBroadcaster(fast_config())
         b.initialize(rank, 2, base_path)
         r, w = os.pipe()
@@ -318,14 +319,15 @@ def test_forked_child_forgets_inherited_state(base_path: str) -> None:
         b.reset()
         return (path_still_there or rank != 0) and data == b"ok", os.waitstatus_to_exitcode(status)
 
-    assert values(run_group(rank_main, 2)) == [(True, 0), (True, 0)]
+    assert run_ranks(rank_main, 2, **RUN).values() == [(True, 0), (True, 0)]
 
 
 def test_reinit_rules_in_a_group(short_dir: str) -> None:
     base_a = os.path.join(short_dir, "a")
     base_b = os.path.join(short_dir, "b")
 
-    def rank_main(rank: int) -> list[bytes]:
+    def rank_main(ctx: RankContext) -> list[bytes]:
+        rank = ctx.rank
         b = CpuTpBroadcaster(fast_config())
         got = []
         for base in (base_a, base_a, base_b):  # same path again, then a new one
@@ -340,13 +342,15 @@ def test_reinit_rules_in_a_group(short_dir: str) -> None:
         assert b.generation == 3
         return got
 
-    assert values(run_group(rank_main, 2)) == [[b"a", b"a", b"b"]] * 2
+    assert run_ranks(rank_main, 2, **RUN).values() == [[b"a", b"a", b"b"]] * 2
 
 
 @needs_numpy
 def test_unusable_buffers_are_refused_without_breaking_the_stream(base_path: str) -> None:
-    def rank_main(rank: int) -> bytes:
+    def rank_main(ctx: RankContext) -> bytes:
         import numpy as np
+
+        rank = ctx.rank
 
         b = CpuTpBroadcaster(fast_config())
         b.initialize(rank, 2, base_path)
@@ -367,7 +371,7 @@ def test_unusable_buffers_are_refused_without_breaking_the_stream(base_path: str
         b.reset()
         return bytes(buf)
 
-    assert values(run_group(rank_main, 2)) == [b"fine", b"fine"]
+    assert run_ranks(rank_main, 2, **RUN).values() == [b"fine", b"fine"]
 
 
 def test_adapter_loads_through_the_harness_contract() -> None:
@@ -384,17 +388,16 @@ def test_overlapping_broadcast_is_refused_and_reset_aborts(base_path: str) -> No
     The reset waits for the aborted broadcast to leave before closing anything,
     so the broadcast never touches a closed (or reused) fd.
     """
-    tried = Event()
     size = 8 << 20
 
-    def rank_main(rank: int) -> object:
+    def rank_main(ctx: RankContext) -> object:
         import threading
         import time
 
         b = CpuTpBroadcaster(fast_config(io_timeout=30.0))
-        b.initialize(rank, 2, base_path)
-        if rank == 1:
-            tried.wait()  # never reads: rank 0 stays blocked in its write
+        b.initialize(ctx.rank, 2, base_path)
+        if ctx.rank == 1:
+            ctx.wait("tried")  # never reads: rank 0 stays blocked in its write
             b.reset()
             return "peer"
         seen: dict[str, object] = {}
@@ -411,7 +414,7 @@ def test_overlapping_broadcast_is_refused_and_reset_aborts(base_path: str) -> No
             b.reset()  # returns once the in-flight broadcast has stopped
             seen["reset_took"] = time.monotonic() - start
             seen["after_reset"] = b.is_initialized()
-            tried.notify()
+            ctx.notify("tried")
 
         worker = threading.Thread(target=other_thread)
         worker.start()
@@ -422,7 +425,7 @@ def test_overlapping_broadcast_is_refused_and_reset_aborts(base_path: str) -> No
         seen["aborted"] = info.value
         return seen
 
-    seen, peer = values(run_group(rank_main, 2))
+    seen, peer = run_ranks(rank_main, 2, **RUN).values()
     assert peer == "peer"
     assert "broadcast() called while broadcast() is running" in seen["overlap"]
     aborted = seen["aborted"]
