@@ -19,7 +19,9 @@ What one run does, per rank, all ranks following the same seeded schedule:
   is one corruption (the first few are described: call, buffer, size, first bad offset);
 * every ~``--reset-every`` calls (randomised) all ranks ``reset()``, meet at a sync point
   (so no peer reaches rank 0's old listener), and re-initialize: sometimes on another
-  base path, sometimes with a fresh broadcaster object from the factory;
+  base path, sometimes with a fresh broadcaster object from the factory.  Half of the
+  calls right before a reset end in a 0 B buffer: peers then hold every byte while rank 0
+  is still in its call, and their reset must not fail it;
 * after every call the rank records its open fd count and RSS: over this process and
   the adapter's ``resource_pids()`` (an ``exec:`` driver), minus its ``private_fds()``.
 
@@ -48,6 +50,7 @@ import math
 import os
 import random
 import struct
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -68,6 +71,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 GAP = 64  # up to this many bytes between two buffers of one call (alignment variety)
 CORRUPTION_EXAMPLES = 10  # described per rank; all are counted
 PATH_VARIANTS = 3  # re-inits cycle over this many base paths
+TRAILING_EMPTY_CHANCE = 0.5  # of the calls right before a reset, with ``multi_buffer``
 DEADLINES = {"connect": 30.0, "init": 30.0, "io": 120.0}  # per call, seconds (``deadlines``)
 
 
@@ -89,6 +93,7 @@ class SoakConfig:
     rss_tolerance_mib: float = 4.0
     timeout: float = 0.0  # 0: computed from the number of broadcasts
     rss_tp: int = 8  # 0: skip the RSS sample
+    note: str = ""  # printed in the report
 
     def group_timeout(self) -> float:
         """The soak group's one deadline: generous, it only has to catch a hang."""
@@ -154,12 +159,22 @@ def make_schedule(
         fresh = rng.random() < config.fresh_object_chance
         variant = rng.randrange(PATH_VARIANTS) if rng.random() < config.new_path_chance else 0
         resets.append(ResetStep(after, fresh, variant))
+        if multi_buffer and rng.random() < TRAILING_EMPTY_CHANCE:
+            calls[after] = _with_trailing_empty(calls[after])
         after += rng.randint(low, high)
     return calls, resets, pool_size
 
 
+def _with_trailing_empty(call: Call) -> Call:
+    """The call before a reset ending in a 0 B buffer: peers have every byte before rank 0
+    is done with the list, and leave at once; rank 0 must not fail on them (nothing is
+    left to send)."""
+    end = call.positions[-1] + call.sizes[-1]
+    return Call((*call.sizes, 0), (*call.positions, end), (*call.offsets, 0))
+
+
 def arena_size(config: SoakConfig) -> int:
-    return config.max_bytes + config.max_buffers * GAP
+    return config.max_bytes + (config.max_buffers + 1) * GAP
 
 
 def stamp(call: int, buffer: int) -> bytes:
@@ -303,8 +318,9 @@ def soak_rank(ctx: RankContext, config: SoakConfig) -> dict[str, Any]:
     multi = impl.supports("multi_buffer")
     calls, resets, pool_size = make_schedule(config, multi)
     buffers = _Buffers.make(config.seed, pool_size, arena_size(config))
-    fds = array.array("q")
-    rss = array.array("q")
+    # preallocated: samples appended to a growing array would show up as RSS growth
+    fds = array.array("q", bytes(8 * len(calls)))
+    rss = array.array("q", bytes(8 * len(calls)))
     corruptions: list[dict[str, Any]] = []
     corrupted = 0
     fresh_objects = 0
@@ -330,8 +346,8 @@ def soak_rank(ctx: RankContext, config: SoakConfig) -> dict[str, Any]:
             corrupted += len(bad)
             corruptions.extend(bad[: CORRUPTION_EXAMPLES - len(corruptions)])
         verified += sum(call.sizes)
-        fds.append(fd_count(bcast))
-        rss.append(rss_bytes(bcast))
+        fds[index] = fd_count(bcast)
+        rss[index] = rss_bytes(bcast)
         step = by_index.get(index)
         if step is None:
             continue
@@ -426,6 +442,7 @@ class SoakReport:
     totals: dict[str, Any] = field(default_factory=dict)
     rss_sample: list[dict[str, Any]] = field(default_factory=list)
     raw: list[dict[str, Any]] = field(default_factory=list)
+    source: str = ""
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -469,7 +486,8 @@ def series_of(config: SoakConfig, value: dict[str, Any]) -> RankSeries:
 def judge(config: SoakConfig, result: GroupResult) -> SoakReport:
     """Turn the soak group's outcomes into verdicts (zero corruptions, fd and RSS flat)."""
     if not result.ok:
-        return SoakReport(config, False, ["FAIL: the soak group failed"], result.report())
+        failed = [f"FAIL: {o.summary()}" for o in result.failures_first() if not o.ok]
+        return SoakReport(config, False, ["FAIL: the soak group failed", *failed], result.report())
     values: list[dict[str, Any]] = [dict(o.value) for o in result.outcomes]  # type: ignore[call-overload]
     ranks = [series_of(config, v) for v in values]
     corruptions = sum(v["corruptions"] for v in values)
@@ -550,6 +568,8 @@ def render_markdown(report: SoakReport, loadavg: tuple[str, str], command: str) 
         f"{c.seed}. Verdict: **{'PASS' if report.ok else 'FAIL'}**.",
         "",
         f"Command: `{command}`  ",
+        f"Source: {report.source}  ",
+        *([f"Note: {c.note}  "] if c.note else []),
         f"Load average (1/5/15 min): {loadavg[0]} at start, {loadavg[1]} at end "
         f"({os.cpu_count()} CPUs, shared).",
         "",
@@ -693,6 +713,7 @@ def write_reports(report: SoakReport, out: Path, loadavg: tuple[str, str], comma
         "verdicts": report.verdicts,
         "totals": report.totals,
         "load_average": {"start": loadavg[0], "end": loadavg[1]},
+        "source": report.source,
         "ranks": [asdict(r) for r in report.ranks],
         "rss_sample": report.rss_sample,
         "samples": [{"rank": v["rank"], "fds": v["fds"], "rss": v["rss"]} for v in report.raw],
@@ -702,6 +723,33 @@ def write_reports(report: SoakReport, out: Path, loadavg: tuple[str, str], comma
     (out / "soak.json").write_text(json.dumps(data, indent=1))
     if report.raw and not plot(report, out / "soak.png"):
         print("matplotlib not installed: no soak.png", file=sys.stderr)
+
+
+def source_state() -> str:
+    """The commit measured and which of reference_impl/ and harness/ differ from it (the
+    tree is shared: a soak of a work in progress must say so)."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "reference_impl", "harness"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split("\n")
+    except OSError:
+        return "unknown (no git)"
+    changed = [line[3:] for line in dirty if line.strip()]
+    return f"commit {head or '?'}" + (
+        f", uncommitted changes in {', '.join(changed)}" if changed else ", clean"
+    )
 
 
 def _loadavg() -> str:
@@ -724,6 +772,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path]:
     parser.add_argument("--timeout", type=float, default=0.0, help="group deadline, s")
     parser.add_argument("--rss-tp", type=int, default=8, help="0 skips the RSS sample")
     parser.add_argument("--report-dir", type=Path, default=Path("reports/soak"))
+    parser.add_argument("--note", default="", help="a line for the report (what was soaked)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     config = SoakConfig(
@@ -739,6 +788,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path]:
         rss_tolerance_mib=args.rss_tolerance_mib,
         timeout=args.timeout,
         rss_tp=args.rss_tp,
+        note=args.note,
     )
     return config, args.report_dir
 
@@ -756,6 +806,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     report = run_soak(config)
+    report.source = source_state()
     loadavg = (start_load, _loadavg())
     write_reports(report, out, loadavg, command)
     for verdict in report.verdicts:
