@@ -1,0 +1,668 @@
+"""Fuzzing: a rogue peer and a rogue root follow scripts hypothesis draws.
+
+The rogue peer sends arbitrary handshake bytes (a valid announcement, any int32, garbage
+or a truncated prefix), cut into arbitrary chunks with pauses, and then closes,
+half-closes, stalls, or, after a valid announcement, reads the probe and some or all of
+the payload and closes, stalls or waits.  The rogue root accepts the implementation's
+peers and sends each one a probe byte (0x5a, another byte, or none) and some or all of
+the payload, cut into arbitrary chunks, then closes or stalls.  Every case is a fresh
+group of ranks.  Whatever the script, the implementation never crashes its process,
+never hangs past its deadline, never accepts a bad peer or probe, and never loses a good
+peer's bytes; each of these is a check of the clause that promises it.
+
+Deadlines: a case with a stall runs the implementation with every deadline at
+:data:`STALL_DEADLINE` (a stall then costs about that much); any other case at
+:data:`CALM_DEADLINE`, so a slow-but-valid script is never cut short on a loaded machine.
+A rogue watches a stall for ``STALL_DEADLINE + MARGIN`` and then hangs up itself, so an
+implementation without a deadline ends FAIL (too late), not ERROR.  Profiles, seed and
+replay: ``_fuzz`` and conformance/tests/README.md ("Fuzz tests").
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pytest
+
+from tpbcast.harness import Status, run_ranks
+from tpbcast.harness.wire import PROBE, pack_rank, unpack_rank
+
+from . import _fuzz, _watch
+from . import _support as s
+from ._fuzz import Judged, Tally
+from ._fuzz_players import (
+    Chunked,
+    LinkScript,
+    PeerScript,
+    PeerSeen,
+    RootSeen,
+    play_peer,
+    play_root,
+    probe_and,
+)
+
+STALL_DEADLINE: Final = 0.25
+CALM_DEADLINE: Final = 5.0
+OBSERVE: Final = STALL_DEADLINE + s.MARGIN
+"""How long a rogue watches a stall before it hangs up itself."""
+BOUND: Final = OBSERVE + s.MARGIN
+"""How long a rank waits for one implementation call before judging it hung."""
+PROMPT: Final = CALM_DEADLINE / 2
+"""'Promptly, well before the deadline' for a failure that needs no deadline (a close)."""
+BIG: Final = 3 * s.MiB + 7
+"""A payload far beyond a socket's buffers: a root writing it must see a stalled or
+closed reader."""
+SIZES: Final = (0, 1, 4097, BIG)
+GROUP_TIMEOUT: Final = 4 * BOUND
+RETRY_GRACE: Final = 0.2
+"""How long a peer still waits for its initialize once rank 0's failed (its EOF)."""
+
+
+@dataclass(frozen=True)
+class ImplSeen:
+    """What an implementation rank saw of its own calls (picklable)."""
+
+    init: _watch.Ended
+    initialized: bool | None = None
+    bcast: _watch.Ended | None = None
+    digest: str | None = None
+    leaked: tuple[str, ...] | None = None
+
+
+ROOT_FAILED: Final = "root-init-failed"
+"""A file rank 0 (the implementation) creates in the group's workdir when its initialize
+failed (a flag the peers poll; a sync point name could be waited for only once)."""
+
+
+def _impl_rank(ctx, impl, rank, *, world, deadlines, size):
+    """Initialize, broadcast ``size`` bytes if that worked, reset; each call bounded.
+
+    ``deadlines`` is ``(init, io)``: short only for the stage the case stalls in.  Rank 0
+    flags :data:`ROOT_FAILED` when its initialize failed; a peer then stops waiting for
+    its own initialize shortly after (it may not have connected before rank 0 gave up, and
+    would otherwise retry connect until its deadline: INIT-6, not what is judged here).
+    """
+    before = s.fd_table()
+    init_deadline, io_deadline = deadlines
+    bcast = s.make(impl, connect=CALM_DEADLINE, init=init_deadline, io=io_deadline)
+    flag = os.path.join(ctx.workdir, ROOT_FAILED)
+    init = _watch.Call(bcast.initialize, rank, world, ctx.base_path)
+    if rank == 0:
+        init.wait(BOUND)
+        if init.done and init.ended().raised is not None:
+            with open(flag, "w"):
+                pass
+    elif not init.wait(BOUND, until=lambda: os.path.exists(flag)):
+        init.wait(RETRY_GRACE)
+    if not init.done:
+        return ImplSeen(init.ended())  # still inside: never touch it again
+    initialized = bcast.is_initialized()
+    ended = init.ended()
+    bcast_ended, digest = None, None
+    if ended.raised is None:
+        data = s.payload(ctx.seed, size, "fuzz")
+        buf = bytearray(data) if rank == 0 else bytearray(b"\xa5" * size)
+        call = _watch.Call(bcast.broadcast, buf)
+        done = call.wait(BOUND)
+        bcast_ended = call.ended()
+        if not done:
+            return ImplSeen(ended, initialized, bcast_ended)
+        digest = s.digest(buf)
+    bcast.reset()
+    leaked = tuple(sorted(s.new_fds(before, bcast).values()))
+    return ImplSeen(ended, initialized, bcast_ended, digest, leaked)
+
+
+def _took(ended: _watch.Ended | None) -> float:
+    """Seconds until the call raised (infinite if it did not raise)."""
+    raised = None if ended is None else ended.raised
+    return float("inf") if raised is None else raised.elapsed
+
+
+def _rogue(play, *args):
+    """Run a player; an exception of the suite's own is returned as text (unstaged)."""
+    try:
+        return play(*args)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _group(targets, world, seed):
+    return run_ranks(targets, world, timeout=GROUP_TIMEOUT, seed=seed, fail_fast=False)
+
+
+def _alive(result, impl_ranks, checks):
+    """FAULT-6 per implementation rank; returns {rank: ImplSeen} of those that returned."""
+    seen = {}
+    for rank in impl_ranks:
+        outcome = result.outcomes[rank]
+        ok = outcome.status is Status.OK and isinstance(outcome.value, ImplSeen)
+        checks.append(
+            Judged(
+                "FAULT-6",
+                ok,
+                "a rogue's bytes never abort, exit or kill the implementation's process",
+                outcome.summary(),
+                rank,
+            )
+        )
+        if ok:
+            seen[rank] = outcome.value
+    return seen
+
+
+def _hygiene(seen, checks):
+    for rank, impl in seen.items():
+        if impl.leaked is not None:
+            checks.append(
+                Judged(
+                    "HYG-3",
+                    not impl.leaked,
+                    "after reset the fds are those before initialize, also after a failure",
+                    impl.leaked,
+                    rank,
+                )
+            )
+
+
+# ------------------------------------------------------------------ rogue peer
+
+
+@dataclass(frozen=True)
+class PeerCase:
+    """Rank 0 (and, at world 3, peer 1) is the implementation; the last rank is the rogue."""
+
+    world: int
+    handshake: bytes
+    cuts: tuple[int, ...]
+    slow: tuple[bool, ...]
+    ending: str
+    size: int = 0
+    read: int = 0
+    after: str = "eof"
+
+    @property
+    def rogue(self) -> int:
+        return self.world - 1
+
+    @property
+    def kind(self) -> str:
+        """valid, truncated (INIT-9), out_of_range (INIT-7) or duplicate (INIT-8)."""
+        if len(self.handshake) != 4:
+            return "truncated"
+        rank = unpack_rank(self.handshake)
+        if rank == self.rogue:
+            return "valid"
+        return "duplicate" if 0 < rank < self.world else "out_of_range"
+
+    @property
+    def deadlines(self) -> tuple[float, float]:
+        """Rank 0's (init, io) deadlines: short for the stage the rogue stalls in."""
+        init = STALL_DEADLINE if self.ending in ("stall", "half_close") else CALM_DEADLINE
+        io = STALL_DEADLINE if self.ending == "proceed" and self.after == "stall" else CALM_DEADLINE
+        return init, io
+
+    def script(self) -> PeerScript:
+        return PeerScript(
+            Chunked(self.handshake, self.cuts, self.slow),
+            self.ending,  # type: ignore[arg-type]
+            self.read,
+            self.after,  # type: ignore[arg-type]
+        )
+
+
+_BAD_CLAUSE: Final = {"truncated": "INIT-9", "out_of_range": "INIT-7", "duplicate": "INIT-8"}
+
+
+def _peer_cases() -> Any:
+    from hypothesis import strategies as st
+
+    @st.composite
+    def cases(draw: Any) -> PeerCase:
+        world = draw(st.sampled_from((2, 3)))
+        rogue = world - 1
+        handshake = draw(
+            st.one_of(
+                st.just(pack_rank(rogue)),
+                st.sampled_from((-1, 0, 1, world, 2**31 - 1, -(2**31))).map(pack_rank),
+                st.integers(-(2**31), 2**31 - 1).map(pack_rank),
+                st.binary(max_size=12).filter(
+                    lambda b: not (len(b) > 4 and b[:4] == pack_rank(rogue))
+                ),
+            )
+        )
+        cuts = draw(st.lists(st.integers(1, max(1, len(handshake) - 1)), max_size=4))
+        slow = draw(st.lists(st.booleans(), min_size=len(cuts) + 1, max_size=len(cuts) + 1))
+        endings = ("close", "half_close", "stall")
+        valid = handshake == pack_rank(rogue)
+        ending = draw(st.sampled_from(("proceed", "proceed", "close") if valid else endings))
+        size, read, after = 0, 0, "eof"
+        if ending == "proceed":
+            size = draw(st.sampled_from(SIZES))
+            after = draw(st.sampled_from(("eof", "eof", "close", "stall")))
+            read = size if after == "eof" else draw(st.integers(0, max(0, size - 1)))
+        return PeerCase(world, handshake, tuple(cuts), tuple(slow), ending, size, read, after)
+
+    return cases()
+
+
+_PEER_EXAMPLES: Final = (
+    PeerCase(2, pack_rank(1), (1, 2, 3), (True, False, True, False), "proceed", 4097, 4097),
+    PeerCase(3, pack_rank(7), (2,), (True, False), "stall"),
+    PeerCase(3, pack_rank(1), (), (False,), "close"),
+    PeerCase(2, pack_rank(1)[:2], (1,), (False, True), "stall"),
+    PeerCase(3, pack_rank(2), (3,), (False, False), "proceed", BIG, 5, "close"),
+    PeerCase(2, pack_rank(1), (), (False,), "proceed", BIG, 0, "stall"),
+)
+_PEER_CLAUSES: Final = (
+    "FAULT-6",
+    "INIT-7",
+    "INIT-8",
+    "INIT-9",
+    "WIRE-4",
+    "WIRE-12",
+    "FAULT-1",
+    "BCAST-1",
+    "TIME-5",
+    "HYG-3",
+)
+
+
+def _run_peer_case(impl, seed, case: PeerCase) -> tuple[list[Judged], bool]:
+    impl_ranks = list(range(case.world - 1))
+    calm = (CALM_DEADLINE, CALM_DEADLINE)
+    deadlines = {r: case.deadlines if r == 0 else calm for r in impl_ranks}
+    targets: dict[int, Callable[..., object]] = {
+        r: (
+            lambda ctx, r=r: _impl_rank(
+                ctx, impl, r, world=case.world, deadlines=deadlines[r], size=case.size
+            )
+        )
+        for r in impl_ranks
+    }
+    targets[case.rogue] = lambda ctx: _rogue(play_peer, ctx.base_path, case.script(), OBSERVE)
+    result = _group(targets, case.world, seed)
+    checks: list[Judged] = []
+    seen = _alive(result, impl_ranks, checks)
+    rogue = result.outcomes[case.rogue].value
+    root = seen.get(0)
+    if not isinstance(rogue, PeerSeen) or not rogue.connected:
+        if case.kind == "valid" and root is not None and root.init.failed:
+            checks.append(
+                Judged("WIRE-12", False, "a byte-level peer can connect", f"{rogue}; {root}", 0)
+            )
+        return checks, root is None or root.init.failed
+    timed = impl.supports("deadlines")
+    if case.kind != "valid":
+        _judge_bad_peer(case, root, seen.get(1), rogue, timed=timed, checks=checks)
+    elif root is not None:
+        _judge_valid_peer(case, root, seen.get(1), rogue, timed=timed, seed=seed, checks=checks)
+    _hygiene(seen, checks)
+    return checks, True
+
+
+def _judge_bad_peer(case, root, peer1, rogue: PeerSeen, *, timed, checks):
+    cid = _BAD_CLAUSE[case.kind]
+    what = f"a {case.kind.replace('_', '-')} announcement {case.handshake.hex() or '(none)'}"
+    checks.append(Judged(cid, rogue.probe != PROBE, f"{what} never gets the probe", rogue, 0))
+    if root is not None:
+        checks.append(
+            Judged(
+                cid,
+                root.init.failed and not root.initialized,
+                f"{what} makes rank 0's initialize fail",
+                f"{root.init}; is_initialized() {root.initialized}",
+                0,
+            )
+        )
+        if timed and case.deadlines[0] == STALL_DEADLINE and root.init.failed:
+            checks.append(
+                Judged(
+                    cid,
+                    _took(root.init) <= STALL_DEADLINE + s.MARGIN,
+                    f"{what}, then a stall, fails rank 0 within its init deadline "
+                    f"({STALL_DEADLINE:g} s + {s.MARGIN:g} s)",
+                    root.init,
+                    0,
+                )
+            )
+    if peer1 is not None:
+        checks.append(
+            Judged(
+                "WIRE-4",
+                not (peer1.init.done and peer1.init.raised is None),
+                "no peer gets the probe while another announced an invalid rank",
+                f"peer 1's initialize {peer1.init}",
+                0,
+            )
+        )
+
+
+def _judge_valid_peer(case, root, peer1, rogue: PeerSeen, *, timed, seed, checks):
+    want = s.payload(seed, case.size, "fuzz")
+    if case.ending == "close":
+        # It may close before or after the probe went out: only survival is judged.
+        calls_ended = root.init.done and (root.bcast is None or root.bcast.done)
+        checks.append(
+            Judged(
+                "FAULT-1",
+                calls_ended,
+                "a peer that closes after a valid announcement never hangs rank 0",
+                f"initialize {root.init}, broadcast {root.bcast}",
+                0,
+            )
+        )
+        return
+    checks.append(
+        Judged(
+            "WIRE-12",
+            root.init.done and root.init.raised is None and rogue.probe == PROBE,
+            "a byte-level peer whose valid announcement comes in chunks joins the group",
+            f"initialize {root.init}; the peer saw {rogue}",
+            0,
+        )
+    )
+    if peer1 is not None and root.bcast is not None:
+        checks.append(
+            Judged(
+                "BCAST-1",
+                peer1.digest == s.digest(want),
+                "peer 1, served before the rogue, receives exactly the root's bytes",
+                f"peer 1 {peer1}",
+                1,
+            )
+        )
+    if case.after == "eof":
+        checks.append(
+            Judged(
+                "WIRE-12",
+                root.bcast is not None
+                and root.bcast.done
+                and root.bcast.raised is None
+                and rogue.received == want,
+                "the byte-level peer receives exactly the root's payload",
+                f"broadcast {root.bcast}; {len(rogue.received)} of {len(want)} byte(s)",
+                0,
+            )
+        )
+        return
+    if root.bcast is None:
+        return
+    unread = case.size - case.read
+    if case.after == "close":
+        checks.append(
+            Judged(
+                "FAULT-1",
+                root.bcast.done and (unread < BIG // 2 or root.bcast.raised is not None),
+                "a peer that closes mid-payload makes rank 0's broadcast raise, never hang",
+                f"broadcast {root.bcast} with {unread} byte(s) unread",
+                0,
+            )
+        )
+    elif timed and unread >= BIG // 2:
+        checks.append(
+            Judged(
+                "TIME-5",
+                root.bcast.done
+                and root.bcast.raised is not None
+                and _took(root.bcast) <= STALL_DEADLINE + s.MARGIN,
+                f"a peer that stops reading fails rank 0's broadcast within its I/O deadline "
+                f"({STALL_DEADLINE:g} s + {s.MARGIN:g} s)",
+                f"broadcast {root.bcast} with {unread} byte(s) unread",
+                0,
+            )
+        )
+
+
+@pytest.mark.clause(*_PEER_CLAUSES)
+def test_fuzz_rogue_peer_handshake(tpbcast_run, tpbcast_impl):
+    """Arbitrary handshake bytes, chunks and endings from a rogue peer against rank 0."""
+    from hypothesis import example
+
+    seed = tpbcast_run.seed
+
+    def one(case: PeerCase, tally: Tally) -> None:
+        checks, staged = _run_peer_case(tpbcast_impl, seed, case)
+        tally.judge(case, checks, staged=staged)
+
+    strategy = _peer_cases()
+    _fuzz.run(
+        "test_fuzz_rogue_peer_handshake",
+        session_seed=seed,
+        strategy=strategy,
+        case_fn=one,
+        clauses=_PEER_CLAUSES,
+        what="a rogue peer's scripts against rank 0",
+        examples=[example(c) for c in _PEER_EXAMPLES],
+    )
+
+
+# ------------------------------------------------------------------ rogue root
+
+
+@dataclass(frozen=True)
+class LinkCase:
+    """What the rogue root sends one peer: probe (None: none), ``sent`` payload bytes."""
+
+    probe: int | None
+    sent: int
+    cuts: tuple[int, ...]
+    slow: tuple[bool, ...]
+    ending: str
+
+    @property
+    def deadlines(self) -> tuple[float, float]:
+        """The peer's (init, io) deadlines: short for the stage the root stalls in."""
+        if self.ending != "stall":
+            return CALM_DEADLINE, CALM_DEADLINE
+        if self.probe is None:
+            return STALL_DEADLINE, CALM_DEADLINE
+        return CALM_DEADLINE, STALL_DEADLINE
+
+
+@dataclass(frozen=True)
+class RootCase:
+    """The rogue is rank 0; ranks 1.. are the implementation, each with its own link."""
+
+    world: int
+    size: int
+    links: tuple[LinkCase, ...]
+
+
+def _root_cases() -> Any:
+    from hypothesis import strategies as st
+
+    @st.composite
+    def link(draw: Any, size: int) -> LinkCase:
+        probe = draw(st.one_of(st.just(PROBE), st.just(PROBE), st.none(), st.integers(0, 255)))
+        sent = 0
+        if probe is not None:
+            sent = draw(st.one_of(st.just(size), st.integers(0, size)))
+        length = (probe is not None) + sent
+        cuts = draw(st.lists(st.integers(1, max(1, length - 1)), max_size=6))
+        slow = draw(st.lists(st.booleans(), min_size=len(cuts) + 1, max_size=len(cuts) + 1))
+        ending = draw(st.sampled_from(("close", "stall")))
+        return LinkCase(probe, sent, tuple(cuts), tuple(slow), ending)
+
+    @st.composite
+    def cases(draw: Any) -> RootCase:
+        world = draw(st.sampled_from((2, 3)))
+        size = draw(st.sampled_from(SIZES))
+        links = tuple(draw(link(size)) for _ in range(world - 1))
+        return RootCase(world, size, links)
+
+    return cases()
+
+
+_ROOT_EXAMPLES: Final = (
+    RootCase(2, 4097, (LinkCase(PROBE, 4097, (1, 2, 100, 4000), (True,) * 5, "close"),)),
+    RootCase(3, 1, (LinkCase(0x13, 1, (), (False,), "close"), LinkCase(0, 0, (), (), "stall"))),
+    RootCase(2, 1, (LinkCase(None, 0, (), (), "stall"),)),
+    RootCase(2, 4097, (LinkCase(PROBE, 10, (3,), (False, True), "close"),)),
+    RootCase(
+        3,
+        BIG,
+        (
+            LinkCase(PROBE, 5, (1,), (False, False), "stall"),
+            LinkCase(PROBE, BIG, (2, 70000), (False, True, False), "close"),
+        ),
+    ),
+)
+_ROOT_CLAUSES: Final = (
+    "FAULT-6",
+    "WIRE-5",
+    "TIME-4",
+    "INIT-10",
+    "WIRE-12",
+    "BCAST-12",
+    "FAULT-2",
+    "TIME-5",
+    "HYG-3",
+)
+
+
+def _link_script(seed, size, link: LinkCase) -> LinkScript:
+    payload = s.payload(seed, size, "fuzz")[: link.sent]
+    stream = probe_and(payload, link.probe)
+    return LinkScript(Chunked(stream, link.cuts, link.slow), link.ending)  # type: ignore[arg-type]
+
+
+def _run_root_case(impl, seed, case: RootCase) -> tuple[list[Judged], bool]:
+    peers = list(range(1, case.world))
+    deadlines = {r: case.links[r - 1].deadlines for r in peers}
+
+    def rogue(ctx):
+        links = {r: _link_script(ctx.seed, case.size, case.links[r - 1]) for r in peers}
+        return _rogue(play_root, ctx.base_path, len(peers), links, OBSERVE)
+
+    targets: dict[int, Callable[..., object]] = {
+        r: (
+            lambda ctx, r=r: _impl_rank(
+                ctx, impl, r, world=case.world, deadlines=deadlines[r], size=case.size
+            )
+        )
+        for r in peers
+    }
+    targets[0] = rogue
+    result = _group(targets, case.world, seed)
+    checks: list[Judged] = []
+    seen = _alive(result, peers, checks)
+    root = result.outcomes[0].value
+    staged = isinstance(root, RootSeen) and not root.error
+    if not staged:
+        return checks, len(seen) < len(peers) or any(p.init.failed for p in seen.values())
+    timed = impl.supports("deadlines")
+    want = s.payload(seed, case.size, "fuzz")
+    for rank, peer in seen.items():
+        _judge_link(rank, case.links[rank - 1], peer, want=want, timed=timed, checks=checks)
+    _hygiene(seen, checks)
+    return checks, True
+
+
+def _judge_link(rank, link: LinkCase, peer: ImplSeen, *, want, timed, checks):
+    init = peer.init
+    init_deadline, deadline = link.deadlines
+    stall = link.ending == "stall"
+    if link.probe is None:
+        checks.append(
+            Judged(
+                "WIRE-5",
+                init.failed and not peer.initialized,
+                f"without a probe (the root then {'stalls' if stall else 'closes'}), a peer's "
+                "initialize fails",
+                f"{init}; is_initialized() {peer.initialized}",
+                rank,
+            )
+        )
+        if stall and timed:
+            checks.append(
+                Judged(
+                    "TIME-4",
+                    init.failed and _took(init) <= init_deadline + s.MARGIN,
+                    f"a probe that never comes fails the peer within its init deadline "
+                    f"({init_deadline:g} s + {s.MARGIN:g} s)",
+                    init,
+                    rank,
+                )
+            )
+        return
+    if link.probe != PROBE:
+        checks.append(
+            Judged(
+                "INIT-10",
+                init.failed and not peer.initialized,
+                f"probe 0x{link.probe:02x} fails the peer's initialize",
+                f"{init}; is_initialized() {peer.initialized}",
+                rank,
+            )
+        )
+        return
+    checks.append(
+        Judged(
+            "WIRE-12",
+            init.done and init.raised is None,
+            "a peer bootstraps with a byte-level root whose probe comes in chunks",
+            init,
+            rank,
+        )
+    )
+    bcast = peer.bcast
+    if bcast is None:
+        return
+    if link.sent == len(want):
+        checks.append(
+            Judged(
+                "BCAST-12",
+                bcast.done and bcast.raised is None and peer.digest == s.digest(want),
+                f"a payload of {len(want)} byte(s) arriving in arbitrary chunks is received intact",
+                f"broadcast {bcast}",
+                rank,
+            )
+        )
+    elif not stall:
+        checks.append(
+            Judged(
+                "FAULT-2",
+                bcast.failed and _took(bcast) < PROMPT,
+                f"a root that closes after {link.sent} of {len(want)} byte(s) fails the "
+                f"peer's broadcast promptly (under {PROMPT:g} s, deadline {deadline:g} s)",
+                bcast,
+                rank,
+            )
+        )
+    elif timed:
+        checks.append(
+            Judged(
+                "TIME-5",
+                bcast.failed and _took(bcast) <= deadline + s.MARGIN,
+                f"a root that stalls after {link.sent} of {len(want)} byte(s) fails the peer's "
+                f"broadcast within its I/O deadline ({deadline:g} s + {s.MARGIN:g} s)",
+                bcast,
+                rank,
+            )
+        )
+
+
+@pytest.mark.clause(*_ROOT_CLAUSES)
+def test_fuzz_rogue_root_stream(tpbcast_run, tpbcast_impl):
+    """Arbitrary probe bytes, payload prefixes, chunks and endings from a rogue root."""
+    from hypothesis import example
+
+    seed = tpbcast_run.seed
+
+    def one(case: RootCase, tally: Tally) -> None:
+        checks, staged = _run_root_case(tpbcast_impl, seed, case)
+        tally.judge(case, checks, staged=staged)
+
+    _fuzz.run(
+        "test_fuzz_rogue_root_stream",
+        session_seed=seed,
+        strategy=_root_cases(),
+        case_fn=one,
+        clauses=_ROOT_CLAUSES,
+        what="a rogue root's scripts against the peers",
+        examples=[example(c) for c in _ROOT_EXAMPLES],
+    )
