@@ -38,6 +38,30 @@ def conformance(session: nox.Session) -> None:
     session.run("python", "-m", "tpbcast.conformance", *session.posargs)
 
 
+@nox.session(python=PYTHON)
+def fuzz(session: nox.Session) -> None:
+    """The suite's fuzz tests (conformance/tests/test_fuzz.py) in their long profile: at
+    least 5,000 cases each, a rogue peer and a rogue root, on 2 workers; reports in
+    reports/fuzz/, failing cases kept in .hypothesis/tpbcast-fuzz (replay: conformance/tests/
+    README.md).  Arguments go to ``python -m tpbcast.conformance`` (``--tpbcast-impl``, ...);
+    ``TPBCAST_FUZZ_EXAMPLES=N`` changes the number of cases."""
+    _install_project(session)
+    session.run(
+        "python",
+        "-m",
+        "tpbcast.conformance",
+        "-n",
+        "2",
+        "--report-dir",
+        "reports/fuzz",
+        *session.posargs,
+        "--",
+        "-k",
+        "test_fuzz",
+        env={"TPBCAST_FUZZ_PROFILE": "long"},
+    )
+
+
 NATIVE_IMPL = "tpbcast.conformance.adapters.native.adapter:make"
 NATIVE_EXPECTATIONS = "conformance/adapters/native/expectations.toml"
 
