@@ -10,6 +10,7 @@ that holds signals sent to a fresh rank until its own handlers exist.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # CPython's C module behind signal
 import contextlib
 import ctypes
 import errno
@@ -97,11 +98,14 @@ def held_signals() -> Iterator[None]:
     the parent's mask itself; it is not acted on by a disposition the rank is about to
     replace (SIGUSR1's default action kills). The parent's mask comes back at once.
     """
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _asynchronous_signals())
+    # _signal, not signal: the public wrapper turns both masks into sets of Signals enum
+    # members, which touches ~100 pages per fork; after the first rank's fork each of them
+    # is a copy-on-write fault in this (large) process.
+    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _asynchronous_signals())
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
 
 
 def set_pdeathsig(sig: int) -> None:
@@ -199,6 +203,7 @@ def list_group_members(pgids: set[int]) -> list[int]:
 # Signals whose Python handlers raise into the main thread in practice: Ctrl-C
 # (KeyboardInterrupt), pytest-timeout's SIGALRM method (pytest.fail), a SIGTERM handler.
 _DEFERRABLE = (signal.SIGINT, signal.SIGALRM, signal.SIGTERM)
+_DEFERRABLE_INTS = tuple(int(sig) for sig in _DEFERRABLE)
 _Handler = Callable[[int, FrameType | None], Any]
 
 
@@ -225,11 +230,14 @@ class DeferredSignals:
         if threading.current_thread() is not threading.main_thread():
             return self
         saved = []
-        for sig in _DEFERRABLE:
-            handler = signal.getsignal(sig)
+        # _signal, not signal (here and in __exit__): the cleanup section runs after the
+        # ranks were forked, where every page the enum conversions touch is a
+        # copy-on-write fault.
+        for sig in _DEFERRABLE_INTS:
+            handler = _signal.getsignal(sig)
             if callable(handler):
-                saved.append((int(sig), handler))
-                signal.signal(sig, self._defer)
+                saved.append((sig, handler))
+                _signal.signal(sig, self._defer)
         self.originals = tuple(saved)
         return self
 
@@ -247,7 +255,7 @@ class DeferredSignals:
     ) -> None:
         handlers = dict(self.originals)
         for sig, handler in self.originals:
-            signal.signal(sig, handler)
+            _signal.signal(sig, handler)
         self.originals = ()
         pending, self._pending = self._pending, []
         for signum, frame in pending:

@@ -28,7 +28,8 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 
-from ._channel import read_records
+from ._channel import RecordWriter, read_records
+from ._context import RankContext
 from ._faults import FaultPlan
 from ._forksafety import check_fork_safety, ranks_need_single_torch
 from ._mesh import Mesh
@@ -41,7 +42,7 @@ from ._proc import (
     list_group_members,
     preload,
 )
-from ._rank import RankSpec, rank_main
+from ._rank import RankSpec, make_context, rank_main
 from ._reaper import Reaper
 from ._verdict import RankState, failed, judge
 from ._workdir import Workdir
@@ -132,7 +133,11 @@ def _is_coverage_handler(handler: object) -> bool:
 
 
 def _fork(
-    spec: RankSpec, mesh: Mesh, target: Callable[..., object], args: tuple[object, ...]
+    spec: RankSpec,
+    ctx: RankContext,
+    writer: RecordWriter,
+    target: Callable[..., object],
+    args: tuple[object, ...],
 ) -> int:
     with held_signals():  # the child restores spec.signal_mask once its handlers exist
         if sys.version_info >= (3, 12):  # pragma: no cover - 3.11 in CI
@@ -144,7 +149,7 @@ def _fork(
         else:
             pid = os.fork()
         if pid == 0:  # pragma: no cover - the child side is measured by the rank's coverage
-            rank_main(spec, mesh, target, args)
+            rank_main(spec, ctx, writer, target, args)
     # Also done by the child; whoever runs first wins the race. OSError: the child already
     # did it or is gone.
     with contextlib.suppress(OSError):
@@ -344,13 +349,15 @@ def _fork_all(
     Frozen objects are invisible to the ranks' collector; the parent thaws them right
     after forking (skipped if someone else froze objects for their own reasons).
     """
+    writers = [RecordWriter(spec.capture[2]) for spec in specs]
+    contexts = [make_context(spec, mesh, w) for spec, w in zip(specs, writers, strict=True)]
     freeze = gc.isenabled() and gc.get_freeze_count() == 0
     if freeze:
         gc.freeze()
     try:
         for spec in specs:
             forked_at = time.monotonic()
-            pid = _fork(spec, mesh, targets[spec.rank], args)
+            pid = _fork(spec, contexts[spec.rank], writers[spec.rank], targets[spec.rank], args)
             ranks.append(RankState(spec.rank, pid, forked_at))
             reaper.add(pid)
     finally:
