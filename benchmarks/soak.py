@@ -136,7 +136,13 @@ def _total_size(rng: random.Random, max_bytes: int) -> int:
 def make_schedule(
     config: SoakConfig, multi_buffer: bool
 ) -> tuple[list[Call], list[ResetStep], int]:
-    """The calls and resets every rank follows, and the pool size they need (pure)."""
+    """The calls and resets every rank follows, and the pool size they need (pure).
+
+    The first call after every initialize carries ``max_bytes``: an implementation that
+    keeps buffers as large as the largest payload so far (a driver's receive buffer,
+    the allocator's high-water mark) reaches that size at once, so the RSS verdict sees
+    growth beyond it, not the warm-up.
+    """
     rng = random.Random(config.seed)  # noqa: S311 - a replayable schedule, not a secret
     pool_size = 2 * config.max_bytes + 16
     calls: list[Call] = []
@@ -152,6 +158,13 @@ def make_schedule(
             pos += size
         offsets = tuple(rng.randint(0, pool_size - size) for size in sizes)
         calls.append(Call(sizes, tuple(positions), offsets))
+
+    def warm_up(index: int) -> None:
+        if index < len(calls):
+            offset = rng.randint(0, pool_size - config.max_bytes)
+            calls[index] = Call((config.max_bytes,), (0,), (offset,))
+
+    warm_up(0)
     resets: list[ResetStep] = []
     low, high = max(1, config.reset_every // 2), max(1, config.reset_every * 3 // 2)
     after = rng.randint(low, high)
@@ -161,6 +174,7 @@ def make_schedule(
         resets.append(ResetStep(after, fresh, variant))
         if multi_buffer and rng.random() < TRAILING_EMPTY_CHANCE:
             calls[after] = _with_trailing_empty(calls[after])
+        warm_up(after + 1)
         after += rng.randint(low, high)
     return calls, resets, pool_size
 
@@ -205,16 +219,20 @@ def fd_count(bcast: object) -> int:
     return count - 1  # listdir's own directory fd
 
 
-def rss_bytes(bcast: object) -> int:
-    """Resident set of this rank plus the adapter's resource pids (statm, in bytes)."""
-    total = 0
+def rss_bytes(bcast: object) -> tuple[int, int]:
+    """Resident set (statm, bytes) of this rank and of the adapter's resource pids."""
+    own, others = 0, 0
     for pid in _pids(bcast):
         try:
             with open(f"/proc/{pid}/statm", "rb") as handle:
-                total += int(handle.read().split()[1]) * PAGE
+                pages = int(handle.read().split()[1])
         except FileNotFoundError:
             continue
-    return total
+        if pid == os.getpid():
+            own = pages * PAGE
+        else:
+            others += pages * PAGE
+    return own, others
 
 
 def memory_detail(pid: int | None = None) -> dict[str, int]:
@@ -321,6 +339,7 @@ def soak_rank(ctx: RankContext, config: SoakConfig) -> dict[str, Any]:
     # preallocated: samples appended to a growing array would show up as RSS growth
     fds = array.array("q", bytes(8 * len(calls)))
     rss = array.array("q", bytes(8 * len(calls)))
+    rss_resources = array.array("q", bytes(8 * len(calls)))  # part of rss: resource pids
     corruptions: list[dict[str, Any]] = []
     corrupted = 0
     fresh_objects = 0
@@ -347,7 +366,9 @@ def soak_rank(ctx: RankContext, config: SoakConfig) -> dict[str, Any]:
             corruptions.extend(bad[: CORRUPTION_EXAMPLES - len(corruptions)])
         verified += sum(call.sizes)
         fds[index] = fd_count(bcast)
-        rss[index] = rss_bytes(bcast)
+        own, others = rss_bytes(bcast)
+        rss[index] = own + others
+        rss_resources[index] = others
         step = by_index.get(index)
         if step is None:
             continue
@@ -381,6 +402,7 @@ def soak_rank(ctx: RankContext, config: SoakConfig) -> dict[str, Any]:
         "wall_s": wall,
         "fds": fds.tolist(),
         "rss": rss.tolist(),
+        "rss_resources": rss_resources.tolist(),
         "reset_points": [s.after for s in resets],
     }
 
@@ -429,6 +451,8 @@ class RankSeries:
     window_means_mib: list[float]
     fd_flat: bool
     rss_flat: bool
+    resources_first_mib: float = 0.0  # part of the RSS in the adapter's resource pids
+    resources_last_mib: float = 0.0
 
 
 @dataclass
@@ -477,6 +501,8 @@ def series_of(config: SoakConfig, value: dict[str, Any]) -> RankSeries:
         rss_last_mib=rss_last,
         rss_trend_mib=trend,
         window_means_mib=windows,
+        resources_first_mib=_mean(value.get("rss_resources", [])[:window]) / MIB,
+        resources_last_mib=_mean(value.get("rss_resources", [])[-window:]) / MIB,
         fd_flat=fd_last - fd_first <= config.fd_tolerance,
         rss_flat=rss_last - rss_first <= config.rss_tolerance_mib
         and trend <= config.rss_tolerance_mib,
@@ -589,7 +615,9 @@ def render_markdown(report: SoakReport, loadavg: tuple[str, str], command: str) 
             f"2 % 0 B, 1 % exactly {_mib(c.max_bytes)} MiB; up to {c.max_buffers} buffers "
             "per call. Every rank checks every buffer against the bytes it derives from the "
             f"seed. Reset + re-init every {c.reset_every // 2}...{c.reset_every * 3 // 2} "
-            "calls (sometimes another base path or a fresh object).",
+            "calls (sometimes another base path or a fresh object); the first call after "
+            "every initialize carries the maximum (warm-up of high-water marks) and, with "
+            "several buffers, half of the calls before a reset end in a 0 B buffer.",
             "",
             f"## fd count and RSS per rank: first vs last {t['window']} broadcasts",
             "",
@@ -600,12 +628,20 @@ def render_markdown(report: SoakReport, loadavg: tuple[str, str], command: str) 
             "| 2nd-half trend (MiB/run) | flat |",
             "|---|---|---|---|---|---|---|---|",
         ]
+        if any(r.resources_last_mib for r in report.ranks):
+            lines[-2] += " of which resource processes (MiB) |"
+            lines[-1] += "---|"
         for r in report.ranks:
             flat = "yes" if r.fd_flat and r.rss_flat else "**no**"
             lines.append(
                 f"| {r.rank} | {r.fd_first:.2f} | {r.fd_last:.2f} | {r.rss_first_mib:.2f} | "
                 f"{r.rss_last_mib:.2f} | {r.rss_last_mib - r.rss_first_mib:+.2f} | "
                 f"{r.rss_trend_mib:+.2f} | {flat} |"
+                + (
+                    f" {r.resources_first_mib:.2f} -> {r.resources_last_mib:.2f} |"
+                    if r.resources_last_mib
+                    else ""
+                )
             )
         lines += [
             "",
@@ -716,7 +752,7 @@ def write_reports(report: SoakReport, out: Path, loadavg: tuple[str, str], comma
         "source": report.source,
         "ranks": [asdict(r) for r in report.ranks],
         "rss_sample": report.rss_sample,
-        "samples": [{"rank": v["rank"], "fds": v["fds"], "rss": v["rss"]} for v in report.raw],
+        "samples": [{k: v[k] for k in ("rank", "fds", "rss", "rss_resources")} for v in report.raw],
         "corruption_examples": [e for v in report.raw for e in v["corruption_examples"]],
         "failure": report.failure,
     }

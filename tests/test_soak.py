@@ -166,7 +166,9 @@ def test_the_rss_sample_reports_every_rank() -> None:
 
 
 def test_the_schedule_is_a_pure_function_of_the_seed_and_covers_the_edges() -> None:
-    config = soak.SoakConfig(broadcasts=3000, max_bytes=1 << 20, seed=7)
+    config = soak.SoakConfig(
+        broadcasts=3000, max_bytes=1 << 20, seed=7, fresh_object_chance=0.5, new_path_chance=0.9
+    )
     calls, resets, pool = soak.make_schedule(config, multi_buffer=True)
     assert (calls, resets) == soak.make_schedule(config, multi_buffer=True)[:2]
     assert soak.make_schedule(soak.SoakConfig(seed=8, broadcasts=50), True)[0] != calls[:50]
@@ -176,6 +178,9 @@ def test_the_schedule_is_a_pure_function_of_the_seed_and_covers_the_edges() -> N
     assert any(0 in c.sizes and len(c.sizes) > 1 for c in calls)  # 0 B buffer in a list
     assert {1, 2, 3, 4} <= {len(c.sizes) for c in calls} <= {1, 2, 3, 4, 5}
     assert 3 <= len(resets) <= 12 and any(r.fresh for r in resets)
+    # the first call after every initialize is a max-size warm-up (high-water marks)
+    assert calls[0].sizes == (1 << 20,)
+    assert all(calls[r.after + 1].sizes[-1:] in ((1 << 20,), (0,)) for r in resets)
     before_reset = [calls[r.after].sizes for r in resets]
     assert any(s[-1] == 0 for s in before_reset), before_reset
     assert all(len(c.sizes) <= 4 or c.sizes[-1] == 0 for c in calls)
