@@ -765,27 +765,23 @@ def source_state() -> str:
     """The commit measured and which of reference_impl/ and harness/ differ from it (the
     tree is shared: a soak of a work in progress must say so)."""
     repo = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=repo,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "reference_impl", "harness"],
-            cwd=repo,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.split("\n")
-    except OSError:
-        return "unknown (no git)"
-    changed = [line[3:] for line in dirty if line.strip()]
-    return f"commit {head or '?'}" + (
-        f", uncommitted changes in {', '.join(changed)}" if changed else ", clean"
-    )
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=repo, capture_output=True, text=True, check=False
+            )
+        except OSError:
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    head = git("rev-parse", "--short", "HEAD")
+    dirty = git("status", "--porcelain", "--", "reference_impl", "harness")
+    if head is None or dirty is None:
+        return f"unknown ({repo} is not a git checkout)"
+    changed = [line[3:] for line in dirty.splitlines() if line.strip()]
+    state = f"uncommitted changes in {', '.join(changed)}" if changed else "clean"
+    return f"commit {head.strip()}, reference_impl/ and harness/ {state}"
 
 
 def _loadavg() -> str:
