@@ -10,8 +10,9 @@ folds it into per-clause verdicts after teardown (``_verdicts.clause_checks``).
 The log belongs to the process that runs the test.  A forked rank inherits a copy that
 nobody would ever read, so outside that process (or outside a conformance run, e.g. when
 another runner imports a test module) :func:`record` refuses to record a failure softly
-and raises ``AssertionError`` with the clause message instead: a hard check, still
-attributed to its clause by the message's ``"ID: "`` prefix.
+and raises :class:`CheckFailed` instead: a hard check that carries its clause id and rank
+as fields, also across the fork (the harness hands the rank's exception back as an object).
+A test that cannot stage what it judges raises :class:`PreconditionError` for its clause.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from ._results import Verdict
 __all__ = [
     "CLAUSE_MESSAGE_RE",
     "Check",
+    "CheckFailed",
     "CheckLog",
+    "PreconditionError",
     "active_log",
     "begin",
     "clause_of_message",
@@ -36,7 +39,39 @@ __all__ = [
 
 # A clause message starts with its id: "INIT-10: <requirement> -- [rank N: ]got ...".
 CLAUSE_MESSAGE_RE: Final = re.compile(r"^([A-Z]+-\d+): ")
-_RANK_RE: Final = re.compile(r"^[A-Z]+-\d+: .*? -- rank (\d+): got ", re.DOTALL)
+
+
+class CheckFailed(AssertionError):  # noqa: N818 - a verdict (FAIL), read as "a check failed"
+    """A failed check of ``clause_id`` that no log could record (a hard check).
+
+    An ``AssertionError``, so pytest and any other runner show it as a failed test; the
+    verdict rules read ``clause_id`` and ``rank`` from the fields, never from the text.
+    """
+
+    def __init__(self, clause_id: str, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.clause_id = clause_id
+        self.rank = rank
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.clause_id, str(self), self.rank))
+
+
+class PreconditionError(RuntimeError):
+    """A test could not stage what it judges for ``clause_id`` (its fault did not happen).
+
+    Deliberately not an ``AssertionError``: the verdict rules map it to ERROR for that
+    clause only (inconclusive), never to FAIL (the implementation was not shown wrong) nor
+    PASS; a MUST clause with an ERROR still fails the run.
+    """
+
+    def __init__(self, clause_id: str, what: str) -> None:
+        super().__init__(f"{clause_id}: precondition not met, nothing judged: {what}")
+        self.clause_id = clause_id
+        self.what = what
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.clause_id, self.what))
 
 
 @dataclass(frozen=True)
@@ -85,25 +120,26 @@ def active_log() -> CheckLog | None:
     return _active
 
 
-def clause_of_message(text: str) -> tuple[str, int | None] | None:
-    """``(clause id, rank)`` named by a clause message, or None if it names none."""
+def clause_of_message(text: str) -> str | None:
+    """The clause id a plain assertion message starts with (``"ID: ..."``), or None.
+
+    For hand-written ``assert ..., "INIT-3: ..."`` in a test: the suite's own checks
+    raise :class:`CheckFailed`, which carries its clause as a field.
+    """
     match = CLAUSE_MESSAGE_RE.match(text)
-    if match is None:
-        return None
-    rank = _RANK_RE.match(text)
-    return match.group(1), int(rank.group(1)) if rank else None
+    return match.group(1) if match else None
 
 
 def record(clause_id: str, passed: bool, message: str, *, rank: int | None = None) -> bool:
     """Record one check of ``clause_id`` in the running test's log; return ``passed``.
 
-    Outside a conformance test's own process a failed check raises ``AssertionError``
-    with ``message`` (see the module docstring), so it is never lost.
+    Outside a conformance test's own process a failed check raises :class:`CheckFailed`
+    (see the module docstring), so it is never lost.
     """
     log = active_log()
     if log is None:
         if not passed:
-            raise AssertionError(message)
+            raise CheckFailed(clause_id, message, rank)
         return True
     verdict = Verdict.PASS if passed else Verdict.FAIL
     log.checks.append(Check(clause_id, verdict, message, rank))

@@ -30,9 +30,10 @@ teardown error after a call FAIL keeps the FAIL.
 
 **Per clause, not per test.**  Every check names exactly one clause (``_checks``): a soft
 check (``_support.check``) is recorded and the test goes on; a failure that ends the test
-is attributed to the clause its message names (``"INIT-10: ..."``, also inside a rank,
-and a ``PreconditionError`` raised with a clause).  :func:`clause_checks` folds one
-test's record into checks per cited clause:
+is attributed to the clause it carries (``CheckFailed.clause_id``, also raised inside a
+rank, whose exception the harness hands back as an object; ``PreconditionError.clause_id``)
+or, for a hand-written ``assert``, the clause its message starts with (``"INIT-10: ..."``).
+:func:`clause_checks` folds one test's record into checks per cited clause:
 
 * a clause's own checks stand as recorded, so a SHOULD wording check can only fail its
   SHOULD clause, never the MUST clause the same test judges;
@@ -52,7 +53,10 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import pytest
 
-from ._checks import Check, clause_of_message
+from tpbcast.harness import CapabilityMissing, RankGroupFailure, RankOutcome, Status
+from tpbcast.harness.env import EnvironmentFaultUnavailable
+
+from ._checks import Check, CheckFailed, PreconditionError, clause_of_message
 from ._results import Verdict
 
 if TYPE_CHECKING:
@@ -74,19 +78,6 @@ MESSAGE_LIMIT: Final = 4000
 # clause message already says what was observed, so the reports keep the message only
 # (pytest's own output still shows the full explanation).
 _REWRITE_TAIL: Final = "\nassert "
-
-
-# Exception class name a test raises when it could not stage what it judges (its fault did
-# not happen: ``conformance/tests/_support.precondition``); matched by name like the above.
-# In the test body it is a non-assertion exception (ERROR by the general rule); raised
-# inside a rank it would otherwise read as the rank failing, so the group rule checks it.
-_PRECONDITION_NAME: Final = "PreconditionError"
-
-# Exception class names (anywhere in the MRO) the harness or fixtures may raise for a
-# missing capability; matched by name so the suite does not depend on where they live.
-_CAPABILITY_MISSING_NAMES: Final = frozenset(
-    {"CapabilityMissing", "Unsupported", "EnvironmentFaultUnavailable"}
-)
 
 
 class _HasCapabilities(Protocol):
@@ -136,48 +127,54 @@ def _clip(text: str) -> str:
 
 
 def _is_capability_missing(exc: BaseException) -> bool:
-    return any(cls.__name__ in _CAPABILITY_MISSING_NAMES for cls in type(exc).__mro__)
+    return isinstance(exc, CapabilityMissing | Unsupported | EnvironmentFaultUnavailable)
 
 
-def _judge_group_failure(exc: BaseException) -> Judgement:
-    """A ``RankGroupFailure``: FAIL unless the first failure is a harness timeout."""
-    result = getattr(exc, "result", None)
-    first = getattr(result, "first_failure", None)
+def _judge_group_failure(exc: RankGroupFailure) -> Judgement:
+    """A group failed: FAIL unless the first failure is a harness timeout or a rank that
+    could not stage its fault; the failing rank is the outcome's own field."""
+    first = exc.result.first_failure
     headline = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if first is None:
         # No failing rank but not ok: survivors (orphans) or leaked fds: hygiene, FAIL.
         return Judgement(Verdict.FAIL, _clip(str(exc)), None)
-    rank = getattr(first, "rank", None)
-    status = getattr(getattr(first, "status", None), "name", "")
-    exc_type = str(getattr(first, "exc_type", None) or "")
-    named = clause_of_message(str(getattr(first, "exc_message", None) or ""))
-    cid = named[0] if named else None
-    if exc_type.rsplit(".", 1)[-1] == _PRECONDITION_NAME:
-        detail = getattr(first, "exc_message", None) or headline
-        message = f"rank {rank} could not stage the test (no verdict): {detail}"
-        return Judgement(Verdict.ERROR, _clip(message), rank, cid)
-    if status == "TIMED_OUT":
+    raised = first.exception
+    if isinstance(raised, PreconditionError):
+        message = f"rank {first.rank} could not stage the test (no verdict): {raised}"
+        return Judgement(Verdict.ERROR, _clip(message), first.rank, raised.clause_id)
+    if first.status is Status.TIMED_OUT:
         return Judgement(
             Verdict.ERROR,
             _clip(f"{headline} (the harness deadline fired: inconclusive)\n{exc}"),
-            rank,
+            first.rank,
         )
-    detail = getattr(first, "exc_message", None) or ""
-    if cid is not None and exc_type.rsplit(".", 1)[-1] == "AssertionError":
+    detail = first.exc_message or ""
+    cid = _clause_of_failed_check(first)
+    if cid is not None:
         # A clause check that failed inside the rank: judged like one in the test body.
-        text = detail.split(_REWRITE_TAIL, 1)[0]
-        return Judgement(Verdict.FAIL, _clip(f"{text}\n\n{exc}"), rank, cid)
+        return Judgement(Verdict.FAIL, _clip(f"{detail}\n\n{exc}"), first.rank, cid)
     message = headline if not detail or detail in headline else f"{headline}\n{detail}"
-    return Judgement(Verdict.FAIL, _clip(f"{message}\n\n{exc}"), rank)
+    return Judgement(Verdict.FAIL, _clip(f"{message}\n\n{exc}"), first.rank)
 
 
-def _judge_assertion(text: str) -> Judgement:
-    """A failed check: FAIL with the clause message, its clause and the rank it names."""
-    named = clause_of_message(text)
-    if named is None:
-        return Judgement(Verdict.FAIL, _clip(text))
+def _clause_of_failed_check(outcome: RankOutcome) -> str | None:
+    """The clause a rank's failed check judged: the field of a :class:`CheckFailed`, or the
+    ``"ID: "`` prefix of a plain ``assert`` in a rank (None for any other exception)."""
+    raised = outcome.exception
+    if isinstance(raised, CheckFailed):
+        return raised.clause_id
+    if isinstance(raised, AssertionError):
+        return clause_of_message(str(raised).split(_REWRITE_TAIL, 1)[0])
+    return None
+
+
+def _judge_assertion(exc: BaseException, text: str) -> Judgement:
+    """A failed check: FAIL with the clause message, its clause and (from a
+    :class:`CheckFailed`) the rank it names."""
+    if isinstance(exc, CheckFailed):
+        return Judgement(Verdict.FAIL, _clip(str(exc)), exc.rank, exc.clause_id)
     text = text.split(_REWRITE_TAIL, 1)[0]
-    return Judgement(Verdict.FAIL, _clip(text), named[1], named[0])
+    return Judgement(Verdict.FAIL, _clip(text), None, clause_of_message(text))
 
 
 def judge_exception(when: str, exc: BaseException, text: str) -> Judgement:  # noqa: PLR0911
@@ -194,23 +191,21 @@ def judge_exception(when: str, exc: BaseException, text: str) -> Judgement:  # n
         # A fixture could not stage the test (the implementation does not load, a
         # workdir cannot be made): nothing about the clause was judged.
         return Judgement(Verdict.ERROR, _clip(f"setup failed (no verdict reached): {text}"))
-    if type(exc).__name__ == "RankGroupFailure":
+    if isinstance(exc, RankGroupFailure):
         return _judge_group_failure(exc)
-    if type(exc).__name__ == _PRECONDITION_NAME:
-        message = str(exc)
-        named = clause_of_message(message)
+    if isinstance(exc, PreconditionError):
         return Judgement(
             Verdict.ERROR,
-            _clip(f"could not stage the test (no verdict): {message}"),
+            _clip(f"could not stage the test (no verdict): {exc}"),
             None,
-            named[0] if named else None,
+            exc.clause_id,
         )
     if isinstance(exc, AssertionError | pytest.fail.Exception):
         # The checks' messages start with the clause ("WIRE-3: ... -- got ..."); the
         # exception type adds nothing for a reader of the report.
         for prefix in ("AssertionError: ", "Failed: "):
             text = text.removeprefix(prefix)
-        return _judge_assertion(text)
+        return _judge_assertion(exc, text)
     return Judgement(
         Verdict.ERROR, _clip(f"{type(exc).__name__} during {when} (no verdict reached): {text}")
     )

@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
+from tpbcast.fixtures import loaded_implementation, settings_of
+
 from . import _checks
 from ._expectations import Expectations, ExpectationsError, apply_expectations, load_expectations
 from ._results import (
@@ -344,12 +346,6 @@ def pytest_collection_modifyitems(
 # --------------------------------------------------------------------------- verdicts
 
 
-@pytest.fixture(autouse=True)
-def tpbcast_conformance_settings(tpbcast_settings: Any) -> Any:
-    """The session's effective settings (impl spec, seed), recorded in every report."""
-    return tpbcast_settings
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Open the test's check log before anything of it runs."""
@@ -394,17 +390,14 @@ def pytest_runtest_makereport(
     else:
         phases.append(judge_exception(call.when, call.excinfo.value, call.excinfo.exconly()))
     if call.when == "setup":
-        funcargs = getattr(item, "funcargs", {})
-        settings = funcargs.get("tpbcast_conformance_settings")
-        if settings is not None:
-            report.user_properties.append((P_IMPL_SPEC, str(settings.impl)))
-            report.user_properties.append((P_SEED, int(settings.seed)))
-        impl = funcargs.get("tpbcast_impl")
+        settings = settings_of(item.config)
+        report.user_properties.append((P_IMPL_SPEC, str(settings.impl)))
+        report.user_properties.append((P_SEED, int(settings.seed)))
+        impl = loaded_implementation(item.config)
         if impl is not None:
-            report.user_properties.append((P_IMPL, str(impl.name)))
-            report.user_properties.append((P_IMPL_VERSION, str(impl.version)))
-            caps = ",".join(sorted(getattr(impl, "capabilities", ())))
-            report.user_properties.append((P_IMPL_CAPS, caps))
+            report.user_properties.append((P_IMPL, impl.name))
+            report.user_properties.append((P_IMPL_VERSION, impl.version))
+            report.user_properties.append((P_IMPL_CAPS, ",".join(sorted(impl.capabilities))))
     if call.when == "teardown":
         final = judge(phases)
         _checks.end()

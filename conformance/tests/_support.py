@@ -21,9 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tpbcast.harness import rogue_peer, rogue_root
-
-__all__ = ["rogue_peer", "rogue_root"]
+from tpbcast.conformance._checks import PreconditionError, record
+from tpbcast.harness.rogue import rogue_peer
 
 # Short deadlines keep fault tests fast; margins are generous because the machine may be
 # 4x oversubscribed (helper rules): an error must come within deadline + MARGIN and not
@@ -33,6 +32,9 @@ MARGIN: Final = 3.0
 EARLY: Final = 0.8
 # How long a rogue watches for a reaction; well above SHORT + scheduling noise.
 OBSERVE: Final = 5.0
+# How long a suite peer or root waits for what a working implementation does at once
+# (accept a connection, send the probe): a generous bound, never reached when it works.
+PATIENCE: Final = 10.0
 # Per-group deadline for fault tests (a hang becomes ERROR quickly, not after minutes).
 GROUP_TIMEOUT: Final = 20.0
 MiB: Final = 1 << 20
@@ -138,11 +140,6 @@ def payload(seed: int, size: int, salt: object = "") -> bytes:
 def digest(data: object) -> str:
     """SHA-256 of a buffer's bytes (cheap to send back from a rank)."""
     return hashlib.sha256(memoryview(data).cast("B")).hexdigest()  # type: ignore[arg-type]
-
-
-def sock_path(base_path: str) -> str:
-    """Rank 0's socket path (wire v1 step 1)."""
-    return f"{base_path}_0.sock"
 
 
 FdKey = tuple[int, int]
@@ -287,15 +284,6 @@ def kind_of(path: str) -> str:
     return "other"
 
 
-def stale_socket(path: str) -> None:
-    """Leave a socket file with no listener at ``path`` (a crashed rank 0's leftover)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(path)
-    finally:
-        sock.close()
-
-
 def connect_refused(path: str) -> bool:
     """True if nobody listens at ``path`` (ECONNREFUSED/ENOENT)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -406,15 +394,6 @@ def expected_digests(seed: int, sizes: list[int], *, salt: object = "") -> list[
     return [digest(payload(seed, size, (salt, index))) for index, size in enumerate(sizes)]
 
 
-class PreconditionError(RuntimeError):
-    """A test could not stage what it judges (its fault did not happen): no verdict.
-
-    Deliberately not an ``AssertionError``: the verdict rules map it to ERROR
-    (inconclusive), never to FAIL (the implementation was not shown wrong) nor PASS; a
-    MUST clause with an ERROR still fails the run.
-    """
-
-
 def precondition(cid: str, holds: object, what: str) -> None:
     """Raise :class:`PreconditionError` for clause ``cid`` naming ``what`` unless ``holds``.
 
@@ -424,16 +403,15 @@ def precondition(cid: str, holds: object, what: str) -> None:
     had already judged keeps its verdict.
     """
     if not holds:
-        raise PreconditionError(f"{cid}: precondition not met, nothing judged: {what}")
+        raise PreconditionError(cid, what)
 
 
 def clause(cid: str, sentence: str, got: object, *, rank: int | None = None) -> str:
     """An assertion message that states the clause first: ``ID: sentence -- got ...``.
 
     ``sentence`` is the requirement (what was expected), ``got`` what was observed.
-    With ``rank`` the message reads ``ID: sentence -- rank N: got ...``: the verdict
-    rules (``tpbcast.conformance._verdicts``) read that rank into the report's
-    "failing rank" column, so name it whenever one rank's observation failed the check.
+    With ``rank`` the message reads ``ID: sentence -- rank N: got ...`` (for the reader;
+    the report's "failing rank" column comes from the check's ``rank`` field).
     """
     who = "" if rank is None else f"rank {rank}: "
     return f"{cid}: {sentence} -- {who}got {got}"
@@ -453,11 +431,9 @@ def check(
             return
 
     Called inside a forked rank (or outside a conformance run) a failed check raises
-    ``AssertionError`` with the clause message instead, since nobody would read the
-    rank's copy of the log.  ``got`` is only formatted when the check fails.
+    ``CheckFailed`` (an ``AssertionError`` carrying the clause and rank) instead, since
+    nobody would read the rank's copy of the log.  ``got`` is only formatted when the check fails.
     """
-    from tpbcast.conformance._checks import record
-
     passed = bool(holds)
     message = clause(cid, sentence, got, rank=rank) if not passed else f"{cid}: {sentence}"
     return record(cid, passed, message, rank=None if passed else rank)
@@ -492,40 +468,6 @@ def status_of(outcome: Any) -> str:
     return str(outcome.status.name)
 
 
-def raw_connect(path: str, timeout: float = 10.0) -> socket.socket:
-    """Connect like a wire-v1 peer: retry ENOENT/ECONNREFUSED until ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(path)
-        except OSError as exc:
-            sock.close()
-            if exc.errno not in (errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN):
-                raise
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"nobody accepted at {path} within {timeout}s") from exc
-            time.sleep(0.01)
-            continue
-        return sock
-
-
-def read_exact(sock: socket.socket, nbytes: int, timeout: float = 10.0) -> bytes:
-    """Read exactly ``nbytes`` within ``timeout`` s; raise on EOF or timeout."""
-    deadline = time.monotonic() + timeout
-    chunks = bytearray()
-    while len(chunks) < nbytes:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"got {len(chunks)} of {nbytes} byte(s) within {timeout}s")
-        sock.settimeout(remaining)
-        data = sock.recv(min(nbytes - len(chunks), 1 << 20))
-        if not data:
-            raise ConnectionError(f"EOF after {len(chunks)} of {nbytes} byte(s)")
-        chunks += data
-    return bytes(chunks)
-
-
 def read_window(sock: socket.socket, window: float) -> bytes | None:
     """Whatever arrives within ``window`` s: None if nothing, b"" on EOF.
 
@@ -539,13 +481,6 @@ def read_window(sock: socket.socket, window: float) -> bytes | None:
         return None
     except ConnectionResetError:
         return b""
-
-
-def announce(sock: socket.socket, rank: int) -> None:
-    """Send a wire-v1 rank announcement."""
-    import struct
-
-    sock.sendall(struct.pack("=i", rank))
 
 
 def listening_sockets(before: dict[FdKey, str], bcast: object = None) -> list[str]:

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tpbcast.harness import SyncError, SyncTimeoutError
+from tpbcast.harness import SyncError, SyncTimeoutError, wire
 
 from . import _support as s
 
@@ -264,7 +264,7 @@ def turn_away_peers(path: str, peers: int = 1, timeout: float = s.OBSERVE) -> in
             with conn, contextlib.suppress(OSError, TimeoutError):
                 # Read the announcement first: closing with unread bytes is a reset,
                 # which a peer may take for "not accepted yet" and retry.
-                s.read_exact(conn, 4, timeout=min(PROBE_WAIT, left))
+                wire.recv_exact(conn, 4, wire.Deadline.after(min(PROBE_WAIT, left)))
             turned += 1
     finally:
         listener.close()

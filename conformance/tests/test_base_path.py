@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tpbcast.conformance.plugin import require
-from tpbcast.harness import run_ranks
+from tpbcast.harness import run_ranks, wire
 
 from . import _support as s
 from . import _watch
@@ -151,7 +151,7 @@ def _initialize(ctx, bcast, local, path):
     its peer away (it would wait in connect, for ever without deadlines)."""
     raised = s.attempt(bcast.initialize, local, 2, path)
     if raised is not None and local == 0:
-        _watch.turn_away_peers(s.sock_path(path))
+        _watch.turn_away_peers(wire.socket_path(path))
     return raised
 
 

@@ -10,10 +10,11 @@ import threading
 import pytest
 
 from tpbcast.conformance.plugin import Unsupported, require
+from tpbcast.harness import wire
+from tpbcast.harness.rogue import rogue_peer, rogue_root
 
 from . import _support as s
 from . import _watch
-from ._support import rogue_peer, rogue_root
 
 SIZES = [0, 1, 7, 4097, 8 * s.MiB + 3]
 
@@ -538,14 +539,14 @@ def test_root_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
             bcast.reset()
             third = s.attempt(bcast.broadcast, bytearray(10))
             return first, second, took, third
-        with s.raw_connect(s.sock_path(ctx.base_path), timeout=s.OBSERVE) as sock:
+        with wire.connect(wire.socket_path(ctx.base_path), wire.Deadline.after(s.OBSERVE)) as sock:
             _send(sock, struct.pack("=i", 1))
-            probe = s.read_exact(sock, 1, timeout=s.OBSERVE)
+            probe = wire.recv_exact(sock, 1, wire.Deadline.after(s.OBSERVE))
             # The fault: stop reading until the root's broadcast has failed.  A root that
             # ignores its io deadline is released by reading the whole payload.
             if not _watch.notified(ctx, "first_done", io + s.MARGIN):
                 with contextlib.suppress(OSError, TimeoutError):
-                    s.read_exact(sock, size, timeout=s.OBSERVE)
+                    wire.recv_exact(sock, size, wire.Deadline.after(s.OBSERVE))
             queued = _drain(sock)
             ctx.notify("drained")
             ctx.wait("second_done", timeout=s.OBSERVE)
@@ -608,14 +609,14 @@ def test_peer_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
             ctx.notify("second_done")
             bcast.reset()
             return first, second, took, bytes(buf)
-        path = s.sock_path(ctx.base_path)
+        path = wire.socket_path(ctx.base_path)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
             listener.bind(path)
             listener.listen(1)
             listener.settimeout(s.OBSERVE)
             conn, _ = listener.accept()
             with conn:
-                announced = s.read_exact(conn, 4, timeout=s.OBSERVE)
+                announced = wire.recv_exact(conn, 4, wire.Deadline.after(s.OBSERVE))
                 _send(conn, b"\x5a" + data[:100])
                 # The fault: pause mid-payload until the peer's broadcast has failed; a
                 # peer that ignores its io deadline is released by the rest of it.

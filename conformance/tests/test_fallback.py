@@ -47,7 +47,7 @@ from typing import Any
 import pytest
 
 from tpbcast.conformance.plugin import require
-from tpbcast.harness import run_ranks
+from tpbcast.harness import run_ranks, wire
 
 from . import _support as s
 from . import _watch
@@ -213,7 +213,7 @@ def _run_bootstrap(rig, **kwargs):
     if ctx.rank != 0:  # only rank 0 waits for peers
         raised = s.attempt(call)
         return (box[0] if box else None), raised, None
-    sock = s.sock_path(kwargs["base_path"])
+    sock = wire.socket_path(kwargs["base_path"])
     done: list[str] = []
     started = time.monotonic()
 
@@ -270,7 +270,7 @@ def _bootstrap(rig, *, local_world_size, base_path, label, tp_size=None):
         "failed_ranks": tuple(getattr(decision, "failed_ranks", None) or ()),
         "warnings": said,
         "initialized": bool(rig.bcast.is_initialized()),
-        "socket": s.kind_of(s.sock_path(base_path)) if ctx.rank == 0 else None,
+        "socket": s.kind_of(wire.socket_path(base_path)) if ctx.rank == 0 else None,
         "dir": os.path.exists(os.path.dirname(base_path)),
     }
 
@@ -290,14 +290,14 @@ def _phase(rig, *, local_world_size, base_path, label, checks=False):
     _sync(rig.ctx, f"{label}-down")
     out["after_teardown"] = {
         "initialized": bool(rig.bcast.is_initialized()),
-        "socket": s.kind_of(s.sock_path(base_path)) if rig.ctx.rank == 0 else None,
+        "socket": s.kind_of(wire.socket_path(base_path)) if rig.ctx.rank == 0 else None,
     }
     return out
 
 
 def _state(rig, base_path):
     """What a bootstrap could change: fds, files of the shared workdir, the socket, generation."""
-    sock = s.sock_path(base_path)
+    sock = wire.socket_path(base_path)
     ident = None
     if rig.ctx.rank == 0 and s.kind_of(sock) == "socket":
         st = os.stat(sock)
@@ -382,7 +382,7 @@ def _repeat(out, rig, base_path):
     first = _bootstrap_observed(rig, base_path, "rep-first")
     decision = first.pop("decision")
     out["first"] = {**first, "path": _path(decision) if decision is not None else None}
-    out["first_socket"] = s.kind_of(s.sock_path(base_path)) if rig.ctx.rank == 0 else None
+    out["first_socket"] = s.kind_of(wire.socket_path(base_path)) if rig.ctx.rank == 0 else None
     out["first_roundtrip"] = _roundtrip(rig, "rep1")
     for label, kwargs in (("again", {}), ("agreeing", {"tp_rank": rig.ctx.rank, "dp_rank": 0})):
         seen = _bootstrap_observed(rig, base_path, f"rep-{label}", **kwargs)

@@ -16,11 +16,11 @@ import struct
 import pytest
 
 from tpbcast.conformance.plugin import require
-from tpbcast.harness import Exit, FaultPlan, Kill, Pause
+from tpbcast.harness import Exit, FaultPlan, Kill, Pause, wire
+from tpbcast.harness.rogue import rogue_peer, rogue_root
 
 from . import _support as s
 from . import _watch
-from ._support import rogue_peer, rogue_root
 
 
 def _check_clean(raised, who, *, rank=None):
@@ -144,7 +144,7 @@ def test_root_death_mid_broadcast_byte_level(tpbcast_run, tpbcast_impl):
         bcast.initialize(ctx.rank, 3, ctx.base_path)
         raised = s.attempt(bcast.broadcast, bytearray(size))
         bcast.reset()
-        return raised, s.sock_path(ctx.base_path)
+        return raised, wire.socket_path(ctx.base_path)
 
     result = tpbcast_run(
         target,
@@ -381,7 +381,7 @@ def test_failures_raise_and_never_end_the_process(tpbcast_run, tpbcast_impl):
             if not _watch.notified(ctx, "connecting", 10):
                 return False
             if _watch.unfinished(ctx, ["connect_done"], release_after):
-                return _watch.turn_away_peers(s.sock_path(ctx.base_path), 1, timeout=2.0) > 0
+                return _watch.turn_away_peers(wire.socket_path(ctx.base_path), 1, timeout=2.0) > 0
             return False
         bcast = s.short(tpbcast_impl, connect=s.SHORT, init=s.SHORT)
         raised = [
@@ -418,7 +418,7 @@ def test_peer_dying_during_bootstrap_fails_rank0_promptly(tpbcast_run, tpbcast_i
             return rogue_peer("send_raw", data=struct.pack("=i", 1), then="close")(ctx)
         if ctx.rank == 2:
             late = _watch.unfinished(ctx, ["root_done"], bound + 0.5)
-            return bool(late) and _watch.poke(s.sock_path(ctx.base_path))
+            return bool(late) and _watch.poke(wire.socket_path(ctx.base_path))
         bcast = s.make(tpbcast_impl, init=6.0)
         raised = s.attempt(bcast.initialize, 0, 3, ctx.base_path)
         ctx.notify("root_done")
@@ -631,7 +631,7 @@ def test_one_hierarchy_with_standard_bases(tpbcast_run, tpbcast_impl):
             "timeout": s.attempt(bcast.initialize, 1, 2, ctx.base_path),
         }
         bcast.reset()
-        with open(s.sock_path(ctx.base_path), "w") as fh:
+        with open(wire.socket_path(ctx.base_path), "w") as fh:
             fh.write("not a socket")
         errors["security"] = s.attempt(bcast.initialize, 0, 2, ctx.base_path)
         return errors

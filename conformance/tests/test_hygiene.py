@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from tpbcast.harness import wire
+
 from . import _support as s
 from . import _watch
 
@@ -97,7 +99,7 @@ def test_killed_rank_leaves_no_process(tpbcast_run, tpbcast_impl, tpbcast_faults
         if raised is not None:
             if ctx.rank == 0:
                 # Rank 1 would wait in connect (fail_fast is off): turn it away.
-                _watch.turn_away_peers(s.sock_path(ctx.base_path))
+                _watch.turn_away_peers(wire.socket_path(ctx.base_path))
             return raised
         ctx.point("after_init")
         s.attempt(bcast.broadcast, bytearray(s.MiB))
@@ -133,7 +135,7 @@ _BROADCAST_DONE = "broadcast done"
 @pytest.mark.clause("HYG-4")
 def test_normal_exit_without_reset_leaves_no_socket(tpbcast_run, tpbcast_impl):
     def target(ctx):
-        path = s.sock_path(ctx.base_path)
+        path = wire.socket_path(ctx.base_path)
         if ctx.rank == 0:
             proc = subprocess.run(
                 [sys.executable, "-c", _EXIT_WITHOUT_RESET, tpbcast_impl.spec, ctx.base_path],

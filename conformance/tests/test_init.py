@@ -24,10 +24,11 @@ import time
 import pytest
 
 from tpbcast.conformance.plugin import require
+from tpbcast.harness import env, wire
+from tpbcast.harness.rogue import rogue_peer, rogue_root
 
 from . import _support as s
 from . import _watch
-from ._support import rogue_peer, rogue_root
 
 _CHECK_SIZES = [33]
 PROBE = 0x5A
@@ -68,7 +69,7 @@ def _read_then_close(listener, timeout=1.0):
     except OSError:
         return
     with conn, contextlib.suppress(OSError, ConnectionError, TimeoutError):
-        s.read_exact(conn, 4, timeout)
+        wire.recv_exact(conn, 4, wire.Deadline.after(timeout))
 
 
 @pytest.mark.clause("INIT-1")
@@ -89,7 +90,7 @@ def test_bad_arguments_rejected_before_any_socket(tpbcast_run, tpbcast_impl, ran
         # An empty base path names "_0.sock" in the working directory: the workdir here.
         os.chdir(ctx.workdir)
         base = os.path.join(ctx.workdir, path) if path else ""
-        address = s.sock_path(base)
+        address = wire.socket_path(base)
         listener = None
         if rank != 0:
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -346,7 +347,7 @@ def test_peer_started_first_retries_until_rank0_listens(tpbcast_run, tpbcast_imp
             ctx.wait("peer_started", timeout=10)
             # The fault: rank 0 arrives late; the peer must have found no socket at first.
             time.sleep(0.3)
-            present = os.path.exists(s.sock_path(ctx.base_path))
+            present = os.path.exists(wire.socket_path(ctx.base_path))
         else:
             present = None
             ctx.notify("peer_started")
@@ -439,8 +440,8 @@ def _announce_and_watch(ctx, rank, *, notify_in=None):
     """Connect, announce ``rank``, wait until rank 0 has read it (or closed), notify
     ``read<ctx.rank>``, then watch: (read in time, first bytes seen: None = nothing,
     b"" = closed, else what rank 0 sent)."""
-    with s.raw_connect(s.sock_path(ctx.base_path)) as sock:
-        s.announce(sock, rank)
+    with wire.connect(wire.socket_path(ctx.base_path), wire.Deadline.after(s.PATIENCE)) as sock:
+        sock.sendall(wire.pack_rank(rank))
         if notify_in:
             ctx.notify(notify_in)
         read = s.wait_for(lambda: _unread(sock) == 0, s.MARGIN)
@@ -453,8 +454,8 @@ def _connect_once_and_watch(ctx, rank):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with sock:
         try:
-            sock.connect(s.sock_path(ctx.base_path))
-            s.announce(sock, rank)
+            sock.connect(wire.socket_path(ctx.base_path))
+            sock.sendall(wire.pack_rank(rank))
         except OSError as exc:
             return f"no listener ({errno.errorcode.get(exc.errno or 0, exc.errno)})", None
         return "connected", s.read_window(sock, s.OBSERVE)
@@ -628,7 +629,7 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
             clean = (
                 bcast.is_initialized(),
                 s.new_fds(before, bcast),
-                s.kind_of(s.sock_path(ctx.base_path)),
+                s.kind_of(wire.socket_path(ctx.base_path)),
             )
             if not call.ended().failed:
                 bcast.reset()  # it took rank 9: no fault to clean up after (judged below)
@@ -805,13 +806,13 @@ def test_late_connection_never_joins(tpbcast_run, tpbcast_impl):
         if ctx.rank == 2:
             ctx.wait("group_up", timeout=15)
             try:
-                sock = s.raw_connect(s.sock_path(ctx.base_path), timeout=0.5)
+                sock = wire.connect(wire.socket_path(ctx.base_path), wire.Deadline.after(0.5))
             except (OSError, TimeoutError) as exc:
                 ctx.notify("rogue_in")
                 ctx.sync("done")
                 return "no listener", type(exc).__name__
             with sock:
-                s.announce(sock, 1)
+                sock.sendall(wire.pack_rank(1))
                 ctx.notify("rogue_in")
                 seen = s.read_window(sock, 1.5)
                 ctx.sync("done")
@@ -855,8 +856,8 @@ def test_connect_fails_at_once_on_eacces(tpbcast_run, tpbcast_impl):
         directory = os.path.join(ctx.workdir, "acc")
         os.mkdir(directory, 0o700)
         base = os.path.join(directory, "b")
-        s.stale_socket(s.sock_path(base))
-        os.chmod(s.sock_path(base), 0)
+        env.leave_stale_socket(wire.socket_path(base))
+        os.chmod(wire.socket_path(base), 0)
         if os.geteuid() == 0:
             from tpbcast.harness import as_foreign_uid
 
@@ -920,7 +921,7 @@ def _silent_first(ctx, observe):
 
     thread = threading.Thread(target=play, daemon=True)
     thread.start()
-    path = s.sock_path(ctx.base_path)
+    path = wire.socket_path(ctx.base_path)
     connected = s.wait_for(lambda: _connected_to(before, path), 10.0)
     ctx.notify("silent_in")
     thread.join(observe + 12)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tpbcast.conformance.plugin import require
+from tpbcast.harness import wire
 
 from . import _support as s
 from . import _watch
@@ -58,7 +59,7 @@ def test_reset_closes_fds_removes_socket_and_uninitializes(tpbcast_run, tpbcast_
         return (
             opened,
             s.new_fds(before, bcast),
-            s.kind_of(s.sock_path(ctx.base_path)),
+            s.kind_of(wire.socket_path(ctx.base_path)),
             bcast.is_initialized(),
             s.attempt(bcast.broadcast, bytearray(8)),
         )

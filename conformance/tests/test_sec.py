@@ -11,10 +11,11 @@ import stat
 import pytest
 
 from tpbcast.conformance.plugin import Unsupported, require
+from tpbcast.harness import env, wire
+from tpbcast.harness.rogue import rogue_peer
 
 from . import _support as s
 from . import _watch
-from ._support import rogue_peer
 
 NOBODY = 65534
 
@@ -52,7 +53,7 @@ def _roundtrip(ctx, bcast, sizes):
 def _initialize_watched(bcast, base, changed):
     """Rank 0's initialize (world size 2) while the suite watches ``changed``: a call
     that goes on to wait for peers after a change is released by the suite joining."""
-    path = s.sock_path(base)
+    path = wire.socket_path(base)
     return _watch.watched(
         lambda: bcast.initialize(0, 2, base), changed, lambda: _watch.join_as_peers(path)
     )
@@ -77,7 +78,7 @@ def test_missing_socket_dir_created_0700(tpbcast_run, tpbcast_impl):
             ctx.sync("done")
         elif ctx.rank == 0:
             # Rank 1 waits in connect for a rank 0 that failed: turn it away.
-            _watch.turn_away_peers(s.sock_path(base))
+            _watch.turn_away_peers(wire.socket_path(base))
         bcast.reset()
         if ctx.rank == 0:
             ctx.wait("peer_reset", timeout=s.GROUP_TIMEOUT / 2)
@@ -203,7 +204,7 @@ def test_symlinked_socket_dir_refused(tpbcast_run, tpbcast_impl):
 @pytest.mark.clause("SEC-5")
 def test_socket_file_is_private_before_any_accept(tpbcast_run, tpbcast_impl):
     def target(ctx):
-        path = s.sock_path(ctx.base_path)
+        path = wire.socket_path(ctx.base_path)
         failed = os.path.join(ctx.workdir, ".rank0-failed")
         if ctx.rank == 0:
             os.umask(0)
@@ -223,8 +224,8 @@ def test_socket_file_is_private_before_any_accept(tpbcast_run, tpbcast_impl):
                 return "rank 0 never listened"
             with sock:
                 mode = stat.S_IMODE(os.stat(path).st_mode)
-                s.announce(sock, 1)
-                s.read_exact(sock, 1, timeout=s.OBSERVE)
+                sock.sendall(wire.pack_rank(1))
+                wire.recv_exact(sock, 1, wire.Deadline.after(s.OBSERVE))
         except (OSError, TimeoutError) as exc:
             return f"the byte-level peer could not stat rank 0's socket: {exc!r}"
         finally:
@@ -262,7 +263,7 @@ def test_peer_of_another_uid_is_rejected(tpbcast_run, tpbcast_impl):
     _need_root("a peer of another uid")
 
     def target(ctx):
-        path = s.sock_path(ctx.base_path)
+        path = wire.socket_path(ctx.base_path)
         if ctx.rank == 0:
             bcast = s.make(tpbcast_impl, init=8.0)
             raised = s.attempt(bcast.initialize, 0, 2, ctx.base_path)
@@ -319,9 +320,9 @@ def test_peer_of_another_uid_is_rejected(tpbcast_run, tpbcast_impl):
 @pytest.mark.clause("SEC-7")
 def test_stale_socket_replaced(tpbcast_run, tpbcast_impl):
     def target(ctx):
-        path = s.sock_path(ctx.base_path)
+        path = wire.socket_path(ctx.base_path)
         if ctx.rank == 0:
-            s.stale_socket(path)
+            env.leave_stale_socket(path)
             s.precondition(
                 "SEC-7",
                 s.connect_refused(path) and s.kind_of(path) == "socket",
@@ -360,7 +361,7 @@ def test_stale_socket_replaced(tpbcast_run, tpbcast_impl):
 @pytest.mark.parametrize("kind", ["file", "dir", "symlink"])
 def test_non_socket_at_path_refused_and_untouched(tpbcast_run, tpbcast_impl, kind):
     def target(ctx):
-        path = s.sock_path(ctx.base_path)
+        path = wire.socket_path(ctx.base_path)
         victim = os.path.join(ctx.workdir, "victim")
         with open(victim, "w") as fh:
             fh.write("precious")
@@ -406,7 +407,7 @@ def test_live_listener_not_stolen(tpbcast_run, tpbcast_impl):
     import socket
 
     def target(ctx):
-        path = s.sock_path(ctx.base_path)
+        path = wire.socket_path(ctx.base_path)
         if ctx.rank == 1:
             srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             srv.bind(path)

@@ -24,10 +24,11 @@ import time
 import pytest
 
 from tpbcast.conformance.plugin import Unsupported, require
+from tpbcast.harness import env, wire
+from tpbcast.harness.rogue import rogue_peer, rogue_root
 
 from . import _support as s
 from . import _watch
-from ._support import rogue_peer, rogue_root
 
 # Two settings of one deadline, judged side by side: far enough apart that the time to
 # fail must visibly follow the setting, short enough to keep the suite fast.
@@ -124,7 +125,7 @@ def test_peer_that_never_arrives(tpbcast_run, tpbcast_impl):
     release_after = s.SHORT + s.MARGIN + 0.5
 
     def target(ctx):
-        path = s.sock_path(ctx.base_path)
+        path = wire.socket_path(ctx.base_path)
         if ctx.rank == 1:
             # Not a peer: the suite's watcher.  A rank 0 with no accept deadline is
             # released by a connection that closes at once, after the bound judged.
@@ -173,7 +174,7 @@ def test_one_init_deadline_not_one_per_peer(tpbcast_run, tpbcast_impl):
     init = s.SHORT
 
     def target(ctx):
-        path = s.sock_path(ctx.base_path)
+        path = wire.socket_path(ctx.base_path)
         if ctx.rank == 0:
             bcast = s.make(tpbcast_impl, init=init)
             raised = s.attempt(bcast.initialize, 0, 4, ctx.base_path)
@@ -219,12 +220,12 @@ def test_root_that_never_listens(tpbcast_run, tpbcast_impl, at_path):
     def target(ctx):
         if ctx.rank == 2:
             late = _watch.unfinished(ctx, ["g0.done", "g1.done"], release_after)
-            paths = [s.sock_path(f"{ctx.base_path}{name[1]}") for name in late]
+            paths = [wire.socket_path(f"{ctx.base_path}{name[1]}") for name in late]
             return [path for path in paths if _watch.turn_away_peers(path, 1, timeout=2.0) > 0]
         sub = _Pair(ctx, 1)
-        path = s.sock_path(sub.base_path)
+        path = wire.socket_path(sub.base_path)
         if at_path == "stale socket":
-            s.stale_socket(path)
+            env.leave_stale_socket(path)
         bcast = s.make(tpbcast_impl, connect=sub.deadline, init=10.0)
         raised = s.attempt(bcast.initialize, 1, 2, sub.base_path)
         sub.notify("done")
@@ -322,20 +323,20 @@ def _raw_root(ctx, first: bytes, hold: float) -> int:
     the link open for up to ``hold`` s (the stall; its end releases a peer that has no
     deadline)."""
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(s.sock_path(ctx.base_path))
+    srv.bind(wire.socket_path(ctx.base_path))
     srv.listen(1)
     srv.settimeout(10)
     try:
         conn, _ = srv.accept()
         with conn:
-            rank = s.read_exact(conn, 4)
+            rank = wire.recv_exact(conn, 4, wire.Deadline.after(s.PATIENCE))
             conn.sendall(b"\x5a" + first)
             ctx.record("fault", action=f"root stops after {len(first)} payload byte(s)")
             s.read_window(conn, hold)  # the fault: the root stalls, holding the link open
             return len(rank)
     finally:
         srv.close()
-        os.unlink(s.sock_path(ctx.base_path))
+        os.unlink(wire.socket_path(ctx.base_path))
 
 
 @pytest.mark.clause("TIME-5")
@@ -497,7 +498,7 @@ def _trickle(base_path, hold):
     """A byte-level peer 1 that reads 4 KiB every 50 ms (the fault: a slow reader) for up
     to ``hold`` s after the probe, then closes; that also releases a root with no
     deadline (EPIPE), which then fails late.  Returns the payload bytes it read."""
-    path = s.sock_path(base_path)
+    path = wire.socket_path(base_path)
     end = time.monotonic() + 10
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -512,8 +513,8 @@ def _trickle(base_path, hold):
             time.sleep(0.01)  # connect retry interval (rank 0 may not listen yet)
     got = 0
     with sock:
-        s.announce(sock, 1)
-        s.read_exact(sock, 1)
+        sock.sendall(wire.pack_rank(1))
+        wire.recv_exact(sock, 1, wire.Deadline.after(s.PATIENCE))
         stop = time.monotonic() + hold
         sock.settimeout(hold)
         hangup = select.poll()
@@ -583,7 +584,7 @@ def test_signals_neither_break_nor_extend_waits(tpbcast_run, tpbcast_impl):
         if ctx.rank == 1:
             # Rank 0 is inside initialize once its socket exists (it waits to accept):
             # storm it only then, so the signals land in the wait under test.
-            listening = s.wait_for(lambda: os.path.exists(s.sock_path(ctx.base_path)), 10)
+            listening = s.wait_for(lambda: os.path.exists(wire.socket_path(ctx.base_path)), 10)
             s.precondition(
                 "TIME-9", listening, "rank 0 never listened: the storm would hit nothing"
             )
@@ -623,7 +624,7 @@ def test_signals_do_not_extend_the_deadline(tpbcast_run, tpbcast_impl):
         if ctx.rank == 1:
             # Not a peer: the suite's watcher, releasing a rank 0 whose wait has no end.
             late = _watch.unfinished(ctx, ["root_done"], release_after)
-            return bool(late) and _watch.poke(s.sock_path(ctx.base_path))
+            return bool(late) and _watch.poke(wire.socket_path(ctx.base_path))
         signal.signal(signal.SIGUSR1, lambda *_: None)
         main = threading.main_thread().ident or 0
         stop = threading.Event()
@@ -665,7 +666,7 @@ def _full_backlog_root(ctx, release_after):
     is also the suite's release of a ``connect`` blocked with no deadline (it wakes with
     ECONNREFUSED).  Returns ``(connections queued, the queue was full, released)``.
     """
-    path = s.sock_path(ctx.base_path)
+    path = wire.socket_path(ctx.base_path)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(path)
     srv.listen(0)

@@ -15,10 +15,11 @@ import struct
 import pytest
 
 from tpbcast.conformance.plugin import require
+from tpbcast.harness import wire
+from tpbcast.harness.rogue import rogue_peer, rogue_root
 
 from . import _support as s
 from . import _watch
-from ._support import rogue_peer, rogue_root
 
 PROBE = 0x5A
 
@@ -39,7 +40,7 @@ def test_root_sends_raw_payloads_to_byte_level_peers(tpbcast_run, tpbcast_impl, 
             for data in (first, second):
                 bcast.broadcast(bytearray(data))
             bcast.reset()
-            return listening, s.sock_path(ctx.base_path)
+            return listening, wire.socket_path(ctx.base_path)
         return rogue_peer(
             "read_payload", rank=ctx.rank, nbytes=len(first) + len(second), observe=s.OBSERVE
         )(ctx)
@@ -161,7 +162,7 @@ def test_probe_only_after_every_peer_announced(tpbcast_run, tpbcast_impl):
     """Peer 1 is in and announced; while peer 2 stays away, no probe may arrive."""
 
     def target(ctx):
-        path = s.sock_path(ctx.base_path)
+        path = wire.socket_path(ctx.base_path)
         if ctx.rank == 0:
             bcast = s.make(tpbcast_impl)
             bcast.initialize(0, 3, ctx.base_path)
@@ -169,17 +170,17 @@ def test_probe_only_after_every_peer_announced(tpbcast_run, tpbcast_impl):
             bcast.reset()
             return None
         if ctx.rank == 1:
-            with s.raw_connect(path) as sock:
-                s.announce(sock, 1)
+            with wire.connect(path, wire.Deadline.after(s.PATIENCE)) as sock:
+                sock.sendall(wire.pack_rank(1))
                 early = s.read_window(sock, 1.0)
                 ctx.notify("peer1_checked")
-                probe = s.read_exact(sock, 1)
+                probe = wire.recv_exact(sock, 1, wire.Deadline.after(s.PATIENCE))
                 ctx.sync("done")
                 return early, probe
         ctx.wait("peer1_checked", timeout=15)
-        with s.raw_connect(path) as sock:
-            s.announce(sock, 2)
-            probe = s.read_exact(sock, 1)
+        with wire.connect(path, wire.Deadline.after(s.PATIENCE)) as sock:
+            sock.sendall(wire.pack_rank(2))
+            probe = wire.recv_exact(sock, 1, wire.Deadline.after(s.PATIENCE))
             ctx.sync("done")
             return None, probe
 
@@ -210,7 +211,7 @@ def test_payload_goes_to_peer_1_first_whatever_the_connect_order(tpbcast_run, tp
     data = s.payload(tpbcast_run.seed, size, "order")
 
     def target(ctx):
-        path = s.sock_path(ctx.base_path)
+        path = wire.socket_path(ctx.base_path)
         if ctx.rank == 0:
             bcast = s.make(tpbcast_impl)
             bcast.initialize(0, 3, ctx.base_path)
@@ -219,21 +220,21 @@ def test_payload_goes_to_peer_1_first_whatever_the_connect_order(tpbcast_run, tp
             bcast.reset()
             return None
         if ctx.rank == 2:
-            with s.raw_connect(path) as sock:
-                s.announce(sock, 2)
+            with wire.connect(path, wire.Deadline.after(s.PATIENCE)) as sock:
+                sock.sendall(wire.pack_rank(2))
                 ctx.notify("peer2_in")
-                probe = s.read_exact(sock, 1)
+                probe = wire.recv_exact(sock, 1, wire.Deadline.after(s.PATIENCE))
                 early = s.read_window(sock, 1.0)
                 ctx.notify("peer2_checked")
-                rest = s.read_exact(sock, size - len(early or b""), timeout=15)
+                rest = wire.recv_exact(sock, size - len(early or b""), wire.Deadline.after(15))
                 ctx.sync("done")
                 return probe, early, s.digest((early or b"") + rest)
         ctx.wait("peer2_in", timeout=15)
-        with s.raw_connect(path) as sock:
-            s.announce(sock, 1)
-            probe = s.read_exact(sock, 1)
+        with wire.connect(path, wire.Deadline.after(s.PATIENCE)) as sock:
+            sock.sendall(wire.pack_rank(1))
+            probe = wire.recv_exact(sock, 1, wire.Deadline.after(s.PATIENCE))
             ctx.wait("peer2_checked", timeout=15)
-            got = s.read_exact(sock, size, timeout=15)
+            got = wire.recv_exact(sock, size, wire.Deadline.after(15))
             ctx.sync("done")
             return probe, None, s.digest(got)
 
@@ -411,7 +412,7 @@ def test_backlog_queues_every_peer_while_rank0_is_stopped(tpbcast_run, tpbcast_i
     world = 5
 
     def target(ctx):
-        path = s.sock_path(ctx.base_path)
+        path = wire.socket_path(ctx.base_path)
         pid_file = os.path.join(ctx.workdir, "pid0")
         if ctx.rank == 0:
             with open(pid_file + ".tmp", "w") as fh:
@@ -456,10 +457,12 @@ def test_backlog_queues_every_peer_while_rank0_is_stopped(tpbcast_run, tpbcast_i
             how, sock = _try_connect(path)
             ctx.notify(f"tried{ctx.rank}")
         if sock is None:
-            sock = s.raw_connect(path)  # refused above (judged); join the group anyway
+            sock = wire.connect(
+                path, wire.Deadline.after(s.PATIENCE)
+            )  # refused above (judged); join the group anyway
         with sock:
-            s.announce(sock, ctx.rank)
-            probe = s.read_exact(sock, 1)
+            sock.sendall(wire.pack_rank(ctx.rank))
+            probe = wire.recv_exact(sock, 1, wire.Deadline.after(s.PATIENCE))
             ctx.sync("done")
         if extra is not None:
             extra.close()

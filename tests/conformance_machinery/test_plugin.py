@@ -211,18 +211,32 @@ def test_rank_failure_is_fail_with_failing_rank(suite):
     assert result.ret == 1
 
 
-def test_assertion_naming_a_rank_is_fail_with_that_rank(suite):
-    """A check in the test body that names a rank (``_support.clause(..., rank=n)``)."""
+def test_hard_check_naming_a_rank_is_fail_with_that_rank(suite):
+    """A hard check in the test body that names a rank carries it as a field
+    (``CheckFailed``, what ``_support.check(..., rank=n)`` raises outside a check log)."""
     result, clause = _run_init1(
         suite,
-        "    observed = 3\n"
-        "    assert observed == 4, 'INIT-1: four slots are filled -- rank 2: got 3'\n",
+        "    from tpbcast.conformance._checks import CheckFailed\n"
+        "    raise CheckFailed('INIT-1', 'INIT-1: four slots are filled -- rank 2: got 3', 2)\n",
     )
     assert clause["verdict"] == "FAIL" and clause["failing_rank"] == 2, clause
     assert clause["message"] == "INIT-1: four slots are filled -- rank 2: got 3", (
         "the report keeps the clause message without pytest's re-explanation",
         clause["message"],
     )
+    assert result.ret == 1
+
+
+def test_plain_assertion_names_its_clause_but_its_text_is_not_parsed_for_a_rank(suite):
+    """A hand-written ``assert`` is attributed to the clause its message starts with; the
+    failing rank comes only from a field, never from the wording of a message."""
+    result, clause = _run_init1(
+        suite,
+        "    observed = 3\n"
+        "    assert observed == 4, 'INIT-1: four slots are filled -- rank 2: got 3'\n",
+    )
+    assert clause["verdict"] == "FAIL" and clause["failing_rank"] is None, clause
+    assert clause["message"] == "INIT-1: four slots are filled -- rank 2: got 3", clause
     assert result.ret == 1
 
 
@@ -416,8 +430,9 @@ def test_suite_kills_mutants_of_the_reference(tmp_path, mutant, clause):
 
 def test_unstaged_fault_is_error_not_fail():
     """A fault test whose fault did not happen judged nothing: ERROR, never FAIL or PASS."""
+    from tpbcast.conformance._checks import PreconditionError
     from tpbcast.conformance._verdicts import judge_exception
-    from tpbcast.conformance.tests._support import PreconditionError, precondition
+    from tpbcast.conformance.tests._support import precondition
 
     precondition("FAULT-2", True, "holds: nothing raised")
     with pytest.raises(PreconditionError) as info:
