@@ -453,6 +453,13 @@ def run(opts: argparse.Namespace, modules: list[str]) -> dict[str, Any]:
     names = [f"{MODULE_PREFIX}{m}.*" for m in modules]
     if opts.rerun_survivors and (STAGE / "mutants").exists():
         names = survivors(modules)
+    if opts.pending:
+        regenerate()
+        names = [
+            n
+            for n, code in _verdicts().items()
+            if (code is None or _status(code) in UNDETECTED) and _module_of(n) in modules
+        ]
     if opts.sample:
         regenerate()
         drawn = sample(modules, opts.sample, opts.seed)
@@ -462,12 +469,18 @@ def run(opts: argparse.Namespace, modules: list[str]) -> dict[str, Any]:
         if not names:
             print("every drawn mutant already has a verdict")
     code = 0
-    if names or not (opts.rerun_survivors or opts.sample):
+    if names or not (opts.rerun_survivors or opts.sample or opts.pending):
         code = _mutmut(
             ["run", "--max-children", str(opts.max_children), *names], STAGE / "mutmut.log"
         )
     tests = tomllib.loads((STAGE / "pyproject.toml").read_text())["tool"]["mutmut"]
-    if opts.sample:
+    if opts.pending:
+        mode = (
+            "mutants of "
+            + ", ".join(f"{m}.py" for m in modules)
+            + " without a verdict or undetected"
+        )
+    elif opts.sample:
         mode = f"a random sample of {opts.sample} mutants (seed {opts.seed}) of " + ", ".join(
             f"{m}.py" for m in modules
         )
@@ -503,6 +516,11 @@ def main() -> int:
     parser.add_argument("--max-children", type=int, default=DEFAULT_CHILDREN)
     parser.add_argument("--fresh", action="store_true", help="drop every cached verdict first")
     parser.add_argument("--rerun-survivors", action="store_true")
+    parser.add_argument(
+        "--pending",
+        action="store_true",
+        help="judge the --module mutants without a verdict, and the undetected ones again",
+    )
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument(
         "--sample", type=int, default=0, help="judge N random mutants of each --module"

@@ -59,12 +59,12 @@ def _relay(original: Callable[..., None]) -> Callable[..., None]:
 
 def pytest_configure(config: pytest.Config) -> None:
     trampoline = sys.modules.get("mutmut.mutation.trampoline")
-    if trampoline is None:
-        return
+    if trampoline is None or trampoline.get_mutant_under_test() != "stats":
+        return  # not under mutmut, or a verdict run (ranks inherit the mutant by themselves)
     _Relay.test_pid = os.getpid()
     _Relay.dir = tempfile.mkdtemp(prefix="tpb-mutmut-hits-")
     # Some tests drop a rank's privileges (another uid): it must still leave its hits.
-    os.chmod(_Relay.dir, 0o1777)
+    os.chmod(_Relay.dir, 0o1777)  # noqa: S103 - sticky, like /tmp; hit names only
     if not getattr(trampoline.record_trampoline_hit, "_tpb_relay", False):
         relayed: Any = _relay(trampoline.record_trampoline_hit)
         relayed._tpb_relay = True
