@@ -2,132 +2,43 @@
 
 ``run_ranks(target, world_size)`` forks the ranks from this warm process, supervises them
 with one deadline, and returns a :class:`GroupResult` with one :class:`RankOutcome` per
-rank (status, value or traceback, signal name, fd-level output, stack dump of hung ranks,
-faults fired). See DESIGN.md, "Harness public API".
+rank (status, value or exception, signal name, fd-level output, stack dump of hung ranks,
+faults fired).  This module is the test author's API; see DESIGN.md, "Harness public API".
 
-The façade also carries the layers the conformance suite builds on: the adapter contract
-(``load_implementation``), wire v1 spoken byte by byte (``_wire``), rogue peers and roots
-(``rogue_peer``/``rogue_root``; the ``peer_*``/``root_*`` functions they wrap are exported
-too, for use from a thread or a test) and environment faults (``stale_socket``, ...).
+The machinery lives in public tiers, each a module of its own:
+
+* :mod:`tpbcast.harness.wire`: wire v1 byte by byte (connect, accept, send, receive,
+  observe how a link closed), every wait with a deadline;
+* :mod:`tpbcast.harness.rogue`: rogue peers and roots (rank targets) and their reports;
+* :mod:`tpbcast.harness.env`: environment faults (stale socket, symlink, foreign uid, ...);
+* :mod:`tpbcast.harness.adapter`: the adapter contract beyond loading an implementation;
+* :mod:`tpbcast.harness.runtime`: workdirs, session dirs, fork safety, for plugin authors.
+
+Names that used to live here still resolve, with a ``DeprecationWarning`` naming their
+tier; they are not part of ``__all__``.
 """
 
 from __future__ import annotations
 
-from ._adapter import (
-    DEFAULT_IMPLEMENTATION,
-    REQUIRED_MEMBERS,
-    AdapterError,
-    Broadcaster,
-    Capability,
-    CapabilityMissing,
-    Implementation,
-    ImplementationLoadError,
-    UnknownCapabilityError,
-    load_implementation,
-    parse_capabilities,
-)
+import importlib
+import warnings
+from typing import Final
+
+from . import adapter as adapter
+from . import env as env
+from . import rogue as rogue
+from . import runtime as runtime
+from . import wire as wire
+from ._adapter import CapabilityMissing, Implementation, load_implementation
 from ._context import RankContext, SyncError, SyncTimeoutError
-from ._environment import (
-    BufferProof,
-    EnvironmentFaultUnavailable,
-    PathProof,
-    UidProof,
-    as_foreign_uid,
-    foreign_owner_dir,
-    loose_dir,
-    regular_file_at,
-    stale_socket,
-    symlink_at,
-    tiny_socket_buffers,
-)
-from ._faults import (
-    Delay,
-    Exit,
-    FaultAction,
-    FaultPlan,
-    Kill,
-    Pause,
-    PlannedFault,
-    Raise,
-    Segfault,
-    SignalStorm,
-)
-from ._forksafety import ForkSafetyError, NativeThread, native_threads
+from ._faults import Delay, Exit, FaultAction, FaultPlan, Kill, Pause, Raise, Segfault, SignalStorm
+from ._forksafety import ForkSafetyError
 from ._outcome import FaultRecord, GroupResult, RankGroupFailure, RankOutcome, Status
-from ._rogue import (
-    PEER_BEHAVIOURS,
-    ROOT_BEHAVIOURS,
-    LinkReport,
-    RogueAction,
-    RogueError,
-    RogueReport,
-    RogueTarget,
-    peer_absent,
-    peer_announce,
-    peer_close_mid_payload,
-    peer_garbage_handshake,
-    peer_handshake,
-    peer_read_payload,
-    peer_send_raw,
-    peer_silent,
-    peer_stall_mid_payload,
-    peer_truncated_handshake,
-    rogue_peer,
-    rogue_root,
-    root_dies_mid_broadcast,
-    root_never_accepts,
-    root_never_probes,
-    root_recording,
-    root_wrong_probe,
-)
-from ._runner import SEED_ENV, run_ranks
-from ._stale import make_private_dir, sweep_stale_dirs
-from ._wire import (
-    PROBE,
-    RANK_STRUCT,
-    CloseKind,
-    CloseObservation,
-    Deadline,
-    PeerCredentials,
-    WireClosedError,
-    WireError,
-    WireTimeoutError,
-    accept,
-    address_of,
-    connect,
-    expect_closed,
-    listen,
-    pack_rank,
-    peer_credentials,
-    recv_exact,
-    recv_until_eof,
-    send_all,
-    socket_path,
-    unpack_rank,
-    wait_hung_up,
-)
-from ._workdir import WORKDIR_PREFIX, WORKDIR_ROOT_ENV, release_workdirs
+from ._runner import run_ranks
 
 __all__ = [
-    "DEFAULT_IMPLEMENTATION",
-    "PEER_BEHAVIOURS",
-    "PROBE",
-    "RANK_STRUCT",
-    "REQUIRED_MEMBERS",
-    "ROOT_BEHAVIOURS",
-    "SEED_ENV",
-    "WORKDIR_PREFIX",
-    "WORKDIR_ROOT_ENV",
-    "AdapterError",
-    "Broadcaster",
-    "BufferProof",
-    "Capability",
     "CapabilityMissing",
-    "CloseKind",
-    "CloseObservation",
-    "Deadline",
     "Delay",
-    "EnvironmentFaultUnavailable",
     "Exit",
     "FaultAction",
     "FaultPlan",
@@ -135,97 +46,88 @@ __all__ = [
     "ForkSafetyError",
     "GroupResult",
     "Implementation",
-    "ImplementationLoadError",
     "Kill",
-    "LinkReport",
-    "NativeThread",
-    "PathProof",
     "Pause",
-    "PeerCredentials",
-    "PlannedFault",
     "Raise",
     "RankContext",
     "RankGroupFailure",
     "RankOutcome",
-    "RogueAction",
-    "RogueError",
-    "RogueReport",
-    "RogueTarget",
     "Segfault",
     "SignalStorm",
     "Status",
     "SyncError",
     "SyncTimeoutError",
-    "UidProof",
-    "UnknownCapabilityError",
-    "WireClosedError",
-    "WireError",
-    "WireTimeoutError",
-    "accept",
-    "address_of",
-    "as_foreign_uid",
-    "connect",
-    "expect_closed",
-    "foreign_owner_dir",
-    "listen",
     "load_implementation",
-    "loose_dir",
-    "make_private_dir",
-    "native_threads",
-    "pack_rank",
-    "parse_capabilities",
-    "peer_absent",
-    "peer_announce",
-    "peer_close_mid_payload",
-    "peer_credentials",
-    "peer_garbage_handshake",
-    "peer_handshake",
-    "peer_read_payload",
-    "peer_send_raw",
-    "peer_silent",
-    "peer_stall_mid_payload",
-    "peer_truncated_handshake",
-    "recv_exact",
-    "recv_until_eof",
-    "regular_file_at",
-    "release_workdirs",
-    "rogue_peer",
-    "rogue_root",
-    "root_dies_mid_broadcast",
-    "root_never_accepts",
-    "root_never_probes",
-    "root_recording",
-    "root_wrong_probe",
     "run_ranks",
-    "send_all",
-    "socket_path",
-    "stale_socket",
-    "sweep_stale_dirs",
-    "symlink_at",
-    "tiny_socket_buffers",
-    "unpack_rank",
-    "wait_hung_up",
 ]
+
+TIERS: Final = ("adapter", "env", "rogue", "runtime", "wire")
+"""The public sub-modules, in the order the module docstring presents them."""
+
+_ROGUE_FUNCTIONS: Final = {
+    **{f"peer_{name}": ("peer", name) for name in rogue.PEER_BEHAVIOURS},
+    **{f"root_{name}": ("root", name) for name in rogue.ROOT_BEHAVIOURS},
+}
+
+
+def _moved_to(name: str) -> str | None:
+    for tier in TIERS:
+        if name in importlib.import_module(f"{__name__}.{tier}").__all__:
+            return tier
+    return None
+
+
+def __getattr__(name: str) -> object:
+    """Serve a name that moved to a tier, once, with a warning that says where it went."""
+    tier = _moved_to(name)
+    if tier is not None:
+        warnings.warn(
+            f"tpbcast.harness.{name} moved: import it from tpbcast.harness.{tier}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(f"{__name__}.{tier}"), name)
+    if name in _ROGUE_FUNCTIONS:
+        role, behaviour = _ROGUE_FUNCTIONS[name]
+        warnings.warn(
+            f"tpbcast.harness.{name} is no longer public: use "
+            f'tpbcast.harness.rogue.rogue_{role}("{behaviour}", ...) as a rank target, or '
+            f'tpbcast.harness.rogue.{role.upper()}_BEHAVIOURS["{behaviour}"] to call it',
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        table = rogue.PEER_BEHAVIOURS if role == "peer" else rogue.ROOT_BEHAVIOURS
+        return table[behaviour]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, *TIERS})
 
 
 def _publish_names() -> None:
-    """Show each re-exported class and function under its public name.
+    """Show each exported class and function under the public module a user imports it from.
 
     Tracebacks, reprs and a rank's ``exc_type`` print ``cls.__module__``: without this a
     failure read ``tpbcast.harness._outcome.RankGroupFailure``, a private path nobody can
-    import from (issue 11; trio's ``fixup_module_metadata`` does the same).  Only objects
-    defined under their exported name are rewritten, so pickling by reference, which looks
-    ``__module__.__qualname__`` up, finds each one here.
+    import from (trio's ``fixup_module_metadata`` does the same).  Only objects defined
+    under their exported name are rewritten, so pickling by reference, which looks
+    ``__module__.__qualname__`` up, finds each one where it is exported.
     """
-    namespace = globals()
-    for name in __all__:
-        obj = namespace[name]
-        if not (isinstance(obj, type) or callable(obj)):
-            continue
-        if getattr(obj, "__qualname__", None) != name:
-            continue
-        if str(getattr(obj, "__module__", "")).startswith(__name__ + "._"):
-            obj.__module__ = __name__
+    tiers = {f"{__name__}.{tier}": importlib.import_module(f"{__name__}.{tier}") for tier in TIERS}
+    for module_name, names in (
+        (__name__, __all__),
+        *((m, mod.__all__) for m, mod in tiers.items()),
+    ):
+        namespace = globals() if module_name == __name__ else vars(tiers[module_name])
+        for name in names:
+            obj = namespace[name]
+            if not (isinstance(obj, type) or callable(obj)):
+                continue
+            if getattr(obj, "__qualname__", None) != name:
+                continue
+            if str(getattr(obj, "__module__", "")).startswith(__name__ + "._"):
+                obj.__module__ = module_name
 
 
 _publish_names()

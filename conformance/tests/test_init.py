@@ -859,10 +859,8 @@ def test_connect_fails_at_once_on_eacces(tpbcast_run, tpbcast_impl):
         env.leave_stale_socket(wire.socket_path(base))
         os.chmod(wire.socket_path(base), 0)
         if os.geteuid() == 0:
-            from tpbcast.harness import as_foreign_uid
-
             os.chown(directory, nobody, nobody)
-            as_foreign_uid(nobody)
+            env.as_foreign_uid(nobody)
         bcast = s.make(tpbcast_impl, connect=5.0, init=5.0)
         # Waited for as long as the connect deadline: an implementation without one that
         # retries EACCES is left retrying (the rank's exit ends it), judged as not failing.

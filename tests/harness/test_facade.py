@@ -1,18 +1,190 @@
-"""The harness façade exports exactly its public names, each one defined."""
+"""The harness's public surface, tier by tier: pinned so a change to it is a decision.
+
+``tpbcast.harness`` is the test author's API; the machinery lives in the public tiers
+``wire``, ``rogue``, ``env``, ``adapter`` and ``runtime``.  Adding or removing a name
+means editing the table below in the same change, which is the point.
+"""
 
 from __future__ import annotations
 
-import inspect
+import importlib
+import pickle
+import warnings
+
+import pytest
 
 from tpbcast import harness
 
+TIERS = {
+    "tpbcast.harness": {
+        "CapabilityMissing",
+        "Delay",
+        "Exit",
+        "FaultAction",
+        "FaultPlan",
+        "FaultRecord",
+        "ForkSafetyError",
+        "GroupResult",
+        "Implementation",
+        "Kill",
+        "Pause",
+        "Raise",
+        "RankContext",
+        "RankGroupFailure",
+        "RankOutcome",
+        "Segfault",
+        "SignalStorm",
+        "Status",
+        "SyncError",
+        "SyncTimeoutError",
+        "load_implementation",
+        "run_ranks",
+    },
+    "tpbcast.harness.wire": {
+        "PROBE",
+        "RANK_STRUCT",
+        "CloseKind",
+        "CloseObservation",
+        "Deadline",
+        "PeerCredentials",
+        "WireClosedError",
+        "WireError",
+        "WireTimeoutError",
+        "accept",
+        "address_of",
+        "connect",
+        "expect_closed",
+        "listen",
+        "pack_rank",
+        "peer_credentials",
+        "recv_exact",
+        "recv_until_eof",
+        "send_all",
+        "socket_path",
+        "unpack_rank",
+        "wait_hung_up",
+    },
+    "tpbcast.harness.rogue": {
+        "PEER_BEHAVIOURS",
+        "ROOT_BEHAVIOURS",
+        "LinkReport",
+        "RogueAction",
+        "RogueError",
+        "RogueReport",
+        "RogueTarget",
+        "rogue_peer",
+        "rogue_root",
+    },
+    "tpbcast.harness.env": {
+        "BufferProof",
+        "EnvironmentFaultUnavailable",
+        "PathProof",
+        "UidProof",
+        "as_foreign_uid",
+        "foreign_owner_dir",
+        "leave_stale_socket",
+        "loose_dir",
+        "regular_file_at",
+        "stale_socket",
+        "symlink_at",
+        "tiny_socket_buffers",
+    },
+    "tpbcast.harness.adapter": {
+        "DEFAULT_IMPLEMENTATION",
+        "REQUIRED_MEMBERS",
+        "AdapterError",
+        "Broadcaster",
+        "Capability",
+        "CapabilityMissing",
+        "ExecBroadcastError",
+        "ExecDriverError",
+        "Implementation",
+        "ImplementationLoadError",
+        "UnknownCapabilityError",
+        "load_implementation",
+        "parse_capabilities",
+    },
+    "tpbcast.harness.runtime": {
+        "SEED_ENV",
+        "WORKDIR_PREFIX",
+        "WORKDIR_ROOT_ENV",
+        "NativeThread",
+        "PlannedFault",
+        "make_private_dir",
+        "native_threads",
+        "release_workdirs",
+        "sweep_stale_dirs",
+    },
+}
 
-def test_all_names_exist_and_match_the_public_namespace() -> None:
-    assert len(set(harness.__all__)) == len(harness.__all__)
-    assert all(hasattr(harness, name) for name in harness.__all__)
-    public = {
-        name
-        for name, value in vars(harness).items()
-        if not name.startswith("_") and not inspect.ismodule(value) and name != "annotations"
-    }
-    assert set(harness.__all__) == public
+
+@pytest.mark.parametrize("module_name", sorted(TIERS))
+def test_each_tier_exports_exactly_its_pinned_names(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    assert set(module.__all__) == TIERS[module_name]
+    missing = [name for name in module.__all__ if not hasattr(module, name)]
+    assert not missing, f"{module_name}.__all__ names what it does not define: {missing}"
+
+
+def test_the_test_authors_api_stays_small() -> None:
+    assert len(harness.__all__) <= 24, "the top level is the test author's API, ~20 names"
+    assert set(harness.TIERS) == {name.rsplit(".", 1)[1] for name in TIERS if "." in name[8:]}
+
+
+@pytest.mark.parametrize("module_name", sorted(TIERS))
+def test_classes_and_functions_show_the_public_module_they_are_imported_from(
+    module_name: str,
+) -> None:
+    """A traceback or ``exc_type`` must name a path the reader can import from."""
+    module = importlib.import_module(module_name)
+    private = [
+        f"{name} -> {obj.__module__}"
+        for name in module.__all__
+        if (isinstance(obj := getattr(module, name), type) or callable(obj))
+        and getattr(obj, "__qualname__", None) == name
+        and ".harness._" in str(obj.__module__)
+    ]
+    assert not private, private
+
+
+def test_exceptions_pickle_by_their_public_path() -> None:
+    """Exceptions cross the fork by reference; the public path must load them back."""
+    error = harness.wire.WireClosedError(
+        "recv", expected=4, got=b"\x01", how="eof", elapsed=0.1, errno_name=None
+    )
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is harness.wire.WireClosedError and str(again) == str(error)
+
+
+@pytest.mark.parametrize(
+    ("old", "tier"),
+    [
+        ("connect", "wire"),
+        ("rogue_peer", "rogue"),
+        ("stale_socket", "env"),
+        ("AdapterError", "adapter"),
+        ("make_private_dir", "runtime"),
+    ],
+)
+def test_a_name_that_moved_still_resolves_with_a_warning_naming_its_tier(
+    old: str, tier: str
+) -> None:
+    with pytest.warns(DeprecationWarning, match=rf"tpbcast\.harness\.{tier}\b"):
+        moved = getattr(harness, old)
+    assert moved is getattr(importlib.import_module(f"tpbcast.harness.{tier}"), old)
+    assert old not in harness.__all__ and old not in dir(harness)
+
+
+def test_a_rogue_function_that_went_private_points_at_rogue_peer_and_root() -> None:
+    with pytest.warns(DeprecationWarning, match=r'rogue_peer\("silent"'):
+        fn = harness.peer_silent  # type: ignore[attr-defined]
+    assert fn is harness.rogue.PEER_BEHAVIOURS["silent"]
+    with pytest.warns(DeprecationWarning, match=r'rogue_root\("wrong_probe"'):
+        assert harness.root_wrong_probe is harness.rogue.ROOT_BEHAVIOURS["wrong_probe"]  # type: ignore[attr-defined]
+
+
+def test_an_unknown_name_is_an_attribute_error_without_a_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+            harness.no_such_name  # type: ignore[attr-defined]  # noqa: B018

@@ -11,13 +11,15 @@ import threading
 
 import pytest
 
-from tpbcast.harness import ForkSafetyError, native_threads, run_ranks
+from tpbcast.harness import ForkSafetyError, run_ranks
+from tpbcast.harness.runtime import native_threads
 
 SCRIPT = textwrap.dedent(
     """
     import json, sys
     import torch
-    from tpbcast.harness import ForkSafetyError, native_threads, run_ranks
+    from tpbcast.harness import ForkSafetyError, run_ranks
+from tpbcast.harness.runtime import native_threads
 
     if sys.argv[2] == "force":  # control: neither refuse nor fix, to show the hang is real
         import tpbcast.harness._runner as runner

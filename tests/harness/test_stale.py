@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tpbcast.harness import make_private_dir, sweep_stale_dirs
 from tpbcast.harness._stale import _base36, _scope, owner_alive, owner_mark
+from tpbcast.harness.runtime import make_private_dir, sweep_stale_dirs
 
 pytestmark = pytest.mark.skipif(owner_mark() is None, reason="needs /proc (Linux)")
 

@@ -9,8 +9,8 @@ import tempfile
 
 import pytest
 
-from tpbcast.harness import WORKDIR_ROOT_ENV, release_workdirs
 from tpbcast.harness._workdir import Workdir
+from tpbcast.harness.runtime import WORKDIR_ROOT_ENV, release_workdirs
 
 
 def test_own_workdir_is_short_private_and_pooled_when_clean():

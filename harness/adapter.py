@@ -1,0 +1,41 @@
+"""The adapter contract: how the harness reaches an implementation under test.
+
+``load_implementation("module:callable")`` (or ``"exec:<command …>"`` for one that runs as
+its own executable) returns an :class:`Implementation`: a factory plus the name, version
+and capabilities it declared.  This tier holds the rest of the contract for people who
+write an adapter or a loader: the members every broadcaster needs, the capability names,
+and the errors a load or an ``exec:`` driver can raise (DESIGN.md, "Adapter contract").
+"""
+
+from __future__ import annotations
+
+from ._adapter import (
+    DEFAULT_IMPLEMENTATION,
+    REQUIRED_MEMBERS,
+    AdapterError,
+    Broadcaster,
+    Capability,
+    CapabilityMissing,
+    Implementation,
+    ImplementationLoadError,
+    UnknownCapabilityError,
+    load_implementation,
+    parse_capabilities,
+)
+from ._exec_errors import ExecBroadcastError, ExecDriverError
+
+__all__ = [
+    "DEFAULT_IMPLEMENTATION",
+    "REQUIRED_MEMBERS",
+    "AdapterError",
+    "Broadcaster",
+    "Capability",
+    "CapabilityMissing",
+    "ExecBroadcastError",
+    "ExecDriverError",
+    "Implementation",
+    "ImplementationLoadError",
+    "UnknownCapabilityError",
+    "load_implementation",
+    "parse_capabilities",
+]

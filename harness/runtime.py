@@ -1,0 +1,29 @@
+"""What the runner manages around the ranks, for plugins built on the harness.
+
+Where workdirs live (``WORKDIR_ROOT_ENV``, ``WORKDIR_PREFIX``), making a private session
+directory and sweeping the ones dead sessions left (:func:`make_private_dir`,
+:func:`sweep_stale_dirs`), releasing pooled workdirs at session end, the variable that
+replays a schedule (``SEED_ENV``), and the fork-safety probe (:func:`native_threads`) that
+decides whether forking now would hang the ranks (``ForkSafetyError``, raised by
+``run_ranks``, is in the test author's API).  A test author needs none of it.
+"""
+
+from __future__ import annotations
+
+from ._faults import PlannedFault
+from ._forksafety import NativeThread, native_threads
+from ._runner import SEED_ENV
+from ._stale import make_private_dir, sweep_stale_dirs
+from ._workdir import WORKDIR_PREFIX, WORKDIR_ROOT_ENV, release_workdirs
+
+__all__ = [
+    "SEED_ENV",
+    "WORKDIR_PREFIX",
+    "WORKDIR_ROOT_ENV",
+    "NativeThread",
+    "PlannedFault",
+    "make_private_dir",
+    "native_threads",
+    "release_workdirs",
+    "sweep_stale_dirs",
+]
