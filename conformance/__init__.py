@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .spec import SpecError as SpecError
     from .spec import default_spec as default_spec
     from .spec import load_spec as load_spec
-    from .spec import render_markdown as render_markdown
+    from .spec._markdown import render_markdown as render_markdown
 
 _LAZY: Final = {
     "Column": "._report",
@@ -60,7 +60,7 @@ _LAZY: Final = {
     "SpecError": ".spec",
     "default_spec": ".spec",
     "load_spec": ".spec",
-    "render_markdown": ".spec",
+    "render_markdown": ".spec._markdown",
 }
 
 

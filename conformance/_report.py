@@ -34,7 +34,8 @@ from ._results import (
     aggregate_verdict,
     exit_status,
 )
-from .spec import AREAS, LEVELS, Clause, Spec, default_spec, render_markdown
+from .spec import AREAS, LEVELS, Clause, Spec, default_spec
+from .spec._markdown import render_markdown
 
 __all__ = [
     "JSON_SCHEMA",

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tpbcast.conformance import spec as spec_mod
 from tpbcast.conformance.spec import (
     AREAS,
     CAPABILITIES,
@@ -20,8 +19,9 @@ from tpbcast.conformance.spec import (
     SpecError,
     default_spec,
     load_spec,
-    render_markdown,
 )
+from tpbcast.conformance.spec import __main__ as spec_cli
+from tpbcast.conformance.spec._markdown import render_markdown
 
 ANCHOR_RE = re.compile(r'<a id="([^"]+)"></a>')
 LOCAL_LINK_RE = re.compile(r"\]\(#([^)]+)\)")
@@ -257,18 +257,18 @@ def test_a_missing_area_is_rejected(tmp_path: Path) -> None:
 
 def test_cli_check_write_and_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "SPEC.md"
-    assert spec_mod.main(["--check", "--output", str(out)]) == 1  # missing = stale
+    assert spec_cli.main(["--check", "--output", str(out)]) == 1  # missing = stale
     assert "stale" in capsys.readouterr().err
-    assert spec_mod.main(["--write", "--output", str(out)]) == 0
-    assert spec_mod.main(["--check", "--output", str(out)]) == 0
+    assert spec_cli.main(["--write", "--output", str(out)]) == 0
+    assert spec_cli.main(["--check", "--output", str(out)]) == 0
     out.write_text(out.read_text(encoding="utf-8") + "edited\n", encoding="utf-8")
-    assert spec_mod.main(["--check", "--output", str(out)]) == 1
+    assert spec_cli.main(["--check", "--output", str(out)]) == 1
     capsys.readouterr()
-    assert spec_mod.main(["--list", "SEC", "WIRE-1"]) == 0
+    assert spec_cli.main(["--list", "SEC", "WIRE-1"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[0].startswith("WIRE-1 ")
     assert all(line.startswith(("WIRE-1 ", "SEC-")) for line in listed)
-    assert spec_mod.main(["--list", "BOGUS-1"]) == 2
+    assert spec_cli.main(["--list", "BOGUS-1"]) == 2
 
 
 def test_module_entry_point_checks_the_packaged_spec_md() -> None:

@@ -4,8 +4,9 @@ Why one registry: tests cite clause ids, reports list verdicts per clause and ``
 people read; if they came from three places they would drift.  So the TOML file is the only
 source, this module validates it strictly (ids are never renumbered or reused, levels and areas
 are known, capabilities exist in the adapter contract), and ``SPEC.md`` is generated from it
-and checked for staleness by a test and by ``--check`` (the SPEC.md renderer itself is in
-``_spec_markdown.py``; :func:`render_markdown` here delegates to it).
+and checked for staleness by a test and by ``--check``.  This module is the model; the
+renderer is ``spec/_markdown.py`` (:func:`render_markdown`) and the command line
+``spec/__main__.py``, both built on the model and never imported by it.
 
 Command line::
 
@@ -17,11 +18,8 @@ Command line::
 
 from __future__ import annotations
 
-import argparse
 import functools
-import os
 import re
-import sys
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,11 +43,10 @@ __all__ = [
     "default_spec",
     "load_spec",
     "main",
-    "render_markdown",
 ]
 
-SPEC_TOML_PATH: Final = Path(__file__).with_name("clauses.toml")
-SPEC_MD_PATH: Final = Path(__file__).with_name("SPEC.md")
+SPEC_TOML_PATH: Final = Path(__file__).parent.parent / "clauses.toml"
+SPEC_MD_PATH: Final = Path(__file__).parent.parent / "SPEC.md"
 
 #: Areas in presentation order.  The TOML must declare exactly these.
 AREAS: Final = (
@@ -443,84 +440,3 @@ def _clause_problems(c: Clause, id_area: str) -> Iterator[str]:
         yield f"{c.id}: scope {c.scope!r} is not one of {', '.join(SCOPES)}"
     if c.upstream is not None and c.upstream not in UPSTREAM_STATES:
         yield f"{c.id}: upstream {c.upstream!r} not one of {', '.join(UPSTREAM_STATES)}"
-
-
-# -------------------------------------------------------------------------------------------
-# SPEC.md
-# -------------------------------------------------------------------------------------------
-
-
-def render_markdown(spec: Spec) -> str:
-    """``SPEC.md`` for ``spec`` (the renderer lives in ``_spec_markdown.py``)."""
-    from ._spec_markdown import render_markdown as render
-
-    return render(spec)
-
-
-# -------------------------------------------------------------------------------------------
-# Command line
-# -------------------------------------------------------------------------------------------
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``--write`` regenerates SPEC.md, ``--check`` exits 1 when it is stale, ``--list`` lists.
-
-    Exit status: 0 ok, 1 SPEC.md stale (``--check``), 2 invalid registry or unknown selector.
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m tpbcast.conformance.spec", description=__doc__.splitlines()[0]
-    )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="regenerate SPEC.md")
-    mode.add_argument("--check", action="store_true", help="exit 1 if SPEC.md is stale")
-    mode.add_argument("--list", action="store_true", help="list clauses (optionally selected)")
-    parser.add_argument("--registry", type=Path, default=None, help="clauses.toml to load")
-    parser.add_argument("--output", type=Path, default=SPEC_MD_PATH, help="SPEC.md path")
-    parser.add_argument("selectors", nargs="*", help="areas or clause ids for --list")
-    args = parser.parse_args(argv)
-    try:
-        return _run(args)
-    except BrokenPipeError:
-        # `... --list | head`: the reader left; that is not an error.  Point stdout at
-        # /dev/null so the interpreter's final flush does not complain either.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
-
-
-def _run(args: argparse.Namespace) -> int:
-    try:
-        spec = load_spec(args.registry)
-        if args.list:
-            for c in spec.select(args.selectors):
-                print(f"{c.id:<12} {c.level:<6} {c.title}")
-            return 0
-    except (SpecError, KeyError) as exc:
-        print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
-        return 2
-    return _write_or_check(spec, args.output, write=args.write, check=args.check)
-
-
-def _write_or_check(spec: Spec, output: Path, *, write: bool, check: bool) -> int:
-    text = render_markdown(spec)
-    if write:
-        output.write_text(text, encoding="utf-8")
-        print(f"wrote {output} ({len(spec)} clauses)")
-        return 0
-    if not check:
-        sys.stdout.write(text)
-        return 0
-    current = output.read_text(encoding="utf-8") if output.exists() else ""
-    if current != text:
-        print(
-            f"{output} is stale: regenerate it with "
-            "'python -m tpbcast.conformance.spec --write' (or 'nox -s spec')",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"{output} is current ({len(spec)} clauses)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
