@@ -58,13 +58,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpbcast.harness import (
-    DEFAULT_IMPLEMENTATION,
-    GroupResult,
-    RankContext,
-    load_implementation,
-    run_ranks,
-)
+from tpbcast.harness import GroupResult, RankContext, load_implementation, run_ranks
+from tpbcast.harness.adapter import DEFAULT_IMPLEMENTATION
 
 MIB = 1 << 20
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -658,20 +653,27 @@ def render_markdown(report: SoakReport, loadavg: tuple[str, str], command: str) 
             " verified broadcasts)",
             "",
             "| rank | RSS before init | after init | after broadcasts | VmHWM | PSS | USS | "
-            "growth from before init |",
-            "|---|---|---|---|---|---|---|---|",
+            "growth from before init | resource processes: RSS (USS) |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for v in report.rss_sample:
             b, i, a = v["before_init"], v["after_init"], v["after_broadcasts"]
+            extra = v["resource_processes"]
+            others = (
+                f"{_mib(sum(e['VmRSS'] for e in extra))} ({_mib(sum(e['USS'] for e in extra))})"
+                if extra
+                else "none"
+            )
             lines.append(
                 f"| {v['rank']} | {_mib(b['VmRSS'])} | {_mib(i['VmRSS'])} | {_mib(a['VmRSS'])} "
                 f"| {_mib(a['VmHWM'])} | {_mib(a['Pss'])} | {_mib(a['USS'])} | "
-                f"{(a['VmRSS'] - b['VmRSS']) / MIB:+.1f} |"
+                f"{(a['VmRSS'] - b['VmRSS']) / MIB:+.1f} | {others} |"
             )
         lines += [
             "",
-            "MiB. Each rank holds a seeded pool (2 x max size) and a receive arena (max size) "
-            "of its own; the implementation's share is the growth column.",
+            "MiB, this rank's process (an `exec:` driver is in the last column). Each rank "
+            "holds a seeded pool (2 x max size) and a receive arena (max size) of its own; "
+            "the implementation's share in the rank is the growth column.",
             "",
         ]
     lines += ["## Verdicts", "", *[f"- {v}" for v in report.verdicts], ""]
