@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import atexit
 import os
+import select
+import socket
 import threading
 import weakref
 from collections.abc import Iterator
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from ._bootstrap import Links, bootstrap_peer, bootstrap_root, path_label
-from ._buffers import prepare_buffers
+from ._buffers import flat_buffer, prepare_buffers
 from ._config import BroadcasterConfig
 from ._errors import (
     BroadcastError,
@@ -44,7 +46,7 @@ from ._errors import (
     NotInitializedError,
     ReinitMismatchError,
 )
-from ._io import Deadline, Site, recv_exact, send_all
+from ._io import Deadline, Site, make_poller, recv_exact, send_all, send_views
 from ._wire import check_path_length, socket_path
 
 __all__ = ["BroadcasterStatistics", "CpuTpBroadcaster", "instance"]
@@ -53,6 +55,33 @@ _REASON_MAX: Final = 300
 # How long reset() from another thread waits for an aborted broadcast to leave;
 # the broadcast wakes from poll at once, so this only bounds a pathological case.
 _ABORT_WAIT: Final = 10.0
+_get_ident: Final = threading.get_ident
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """What every broadcast of one initialized group reuses, made once by ``initialize``.
+
+    ``links``: (socket, error site, ``poll`` object) for each peer 1..n-1 in wire order
+    on rank 0, for rank 0 alone on a peer.  The error sites (rank, peer, path label)
+    and the pollers (socket + abort pipe) are built here so that a broadcast allocates
+    nothing for them; dropped (set to None) whenever the links close.
+    """
+
+    links: tuple[tuple[socket.socket, Site, select.poll], ...]
+    abort_fd: int | None
+
+    @classmethod
+    def build(cls, links: Links, rank: int, label: str) -> _Route:
+        abort_fd = links.abort_r if links.abort_r >= 0 else None
+        out: list[tuple[socket.socket, Site, select.poll]] = []
+        for peer, sock in enumerate(links.peers):
+            if sock is None or peer == rank:
+                continue
+            who = f"peer {peer}" if rank == 0 else "rank 0"
+            site = Site(rank=rank, peer=peer, phase="broadcast", path=label, who=who)
+            out.append((sock, site, make_poller(sock, writing=rank == 0, abort_fd=abort_fd)))
+        return cls(tuple(out), abort_fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +135,7 @@ class CpuTpBroadcaster:
         self._busy_thread: int | None = None
         self._generation = 0
         self._links = Links()
+        self._route: _Route | None = None
         self._set_uninitialized()
         _LIVE.add(self)
 
@@ -114,6 +144,7 @@ class CpuTpBroadcaster:
         self._world_size: int | None = None
         self._base_path: str | None = None
         self._config: BroadcasterConfig | None = None
+        self._io_timeout: float | None = None
         self._initialized = False
         self._broken: str | None = None
         self._bytes_sent = 0
@@ -132,6 +163,8 @@ class CpuTpBroadcaster:
         # that calls in while this thread holds it does not deadlock.
         self._state = threading.RLock()
         self._idle = threading.Condition(self._state)
+        # reset() calls waiting on _idle; a call that leaves notifies only when > 0.
+        self._resets_waiting = 0
 
     def _enter(self, what: str) -> None:
         """Claim the instance for ``what``; call with ``_state`` held."""
@@ -142,7 +175,8 @@ class CpuTpBroadcaster:
         with self._state:
             self._busy = None
             self._busy_thread = None
-            self._idle.notify_all()
+            if self._resets_waiting:
+                self._idle.notify_all()
 
     @contextmanager
     def _guard(self, what: str) -> Iterator[None]:
@@ -225,8 +259,12 @@ class CpuTpBroadcaster:
                     links.close(unlink=True)
                     raise
                 self._links = links
+                self._route = _Route.build(
+                    links, rank, path_label(path, abstract=cfg.abstract_namespace)
+                )
             self._rank, self._world_size, self._base_path = rank, world_size, base_path
             self._config = cfg
+            self._io_timeout = cfg.io_timeout
             self._initialized = True
 
     def broadcast(self, buffers: object, root: int = 0) -> None:
@@ -241,7 +279,19 @@ class CpuTpBroadcaster:
         :raises PeerClosedError: the other side closed (EOF/EPIPE/ECONNRESET).
         :raises BroadcastTimeoutError: ``io_timeout`` passed.
         """
-        with self._guard("broadcast"):
+        # The guard of _guard("broadcast"), inline: a generator-based context manager
+        # costs more than the rest of a small broadcast.
+        with self._state:
+            if self._busy is not None:
+                raise BroadcastError(
+                    f"broadcast() called while {self._busy}() is running (another thread "
+                    "or a signal handler); a broadcaster is not re-entrant",
+                    rank=self._rank,
+                    phase="broadcast",
+                )
+            self._busy = "broadcast"
+            self._busy_thread = _get_ident()
+        try:
             if not self._initialized:
                 raise NotInitializedError(
                     "broadcast called before initialize (or after reset)", phase="broadcast"
@@ -260,25 +310,60 @@ class CpuTpBroadcaster:
                     phase="broadcast",
                 )
             is_root = self._rank == 0
-            prepared = prepare_buffers(buffers, writable=not is_root)
-            try:
-                total = prepared.total
-                if self._world_size == 1 or total == 0:
-                    self._broadcasts += 1
-                    return
-                deadline = Deadline(self.config.io_timeout)
-                try:
-                    if is_root:
-                        self._send(prepared.views, total, deadline)
-                    else:
-                        self._receive(prepared.views, total, deadline)
-                except BaseException as exc:
-                    self._break(exc)
-                    raise
-                prepared.finish()
+            data = flat_buffer(buffers, writable=not is_root)
+            if data is None:
+                self._broadcast_prepared(buffers, is_root)
+                return
+            # The hot path: one flat byte buffer, handed to the socket as it is.
+            route = self._route
+            total = len(data)
+            if route is None or total == 0:  # world_size 1 (no route) or nothing to move
                 self._broadcasts += 1
-            finally:
-                prepared.release()
+                return
+            deadline = Deadline(self._io_timeout)
+            try:
+                if is_root:
+                    abort_fd = route.abort_fd
+                    for sock, site, poller in route.links:
+                        send_all(sock, data, deadline, site, abort_fd=abort_fd, poller=poller)
+                        self._bytes_sent += total
+                else:
+                    sock, site, poller = route.links[0]
+                    recv_exact(sock, data, deadline, site, abort_fd=route.abort_fd, poller=poller)
+                    self._bytes_received += total
+            except BaseException as exc:
+                self._break(exc)
+                raise
+            self._broadcasts += 1
+        finally:
+            with self._state:
+                self._busy = None
+                self._busy_thread = None
+                if self._resets_waiting:
+                    self._idle.notify_all()
+
+    def _broadcast_prepared(self, buffers: object, is_root: bool) -> None:
+        """Anything else: flattened (and refused with a reason) by ``prepare_buffers``."""
+        prepared = prepare_buffers(buffers, writable=not is_root)
+        try:
+            total = prepared.total
+            route = self._route
+            if route is None or total == 0:
+                self._broadcasts += 1
+                return
+            deadline = Deadline(self._io_timeout)
+            try:
+                if is_root:
+                    self._send(prepared.views, total, deadline, route)
+                else:
+                    self._receive(prepared.views, total, deadline, route)
+            except BaseException as exc:
+                self._break(exc)
+                raise
+            prepared.finish()
+            self._broadcasts += 1
+        finally:
+            prepared.release()
 
     def reset(self) -> None:
         """Close every connection, remove rank 0's socket file, forget the group.
@@ -306,7 +391,12 @@ class CpuTpBroadcaster:
                 # Under _state: the broadcast cannot leave (and no reset can
                 # close the pipe) while we write, so the fd is still ours.
                 self._links.request_abort()
-                if not self._idle.wait_for(lambda: self._busy is None, timeout=_ABORT_WAIT):
+                self._resets_waiting += 1
+                try:
+                    left = self._idle.wait_for(lambda: self._busy is None, timeout=_ABORT_WAIT)
+                finally:
+                    self._resets_waiting -= 1
+                if not left:
                     raise BroadcastError(
                         f"reset() asked the in-flight broadcast to stop, but it did not within "
                         f"{_ABORT_WAIT:g} s",
@@ -315,6 +405,7 @@ class CpuTpBroadcaster:
                     )
             self._enter("reset")
         try:
+            self._route = None
             self._links.close(unlink=True)
             self._links = Links()
             self._set_uninitialized()
@@ -346,40 +437,35 @@ class CpuTpBroadcaster:
 
     # -- internals ----------------------------------------------------------
 
-    def _label(self) -> str:
-        assert self._base_path is not None
-        return path_label(socket_path(self._base_path), abstract=self.config.abstract_namespace)
+    def _send(self, views: list[memoryview], total: int, deadline: Deadline, route: _Route) -> None:
+        abort_fd = route.abort_fd
+        for sock, site, poller in route.links:
+            send_views(sock, views, deadline, site, total=total, abort_fd=abort_fd, poller=poller)
+            self._bytes_sent += total
 
-    def _abort_fd(self) -> int | None:
-        return self._links.abort_r if self._links.abort_r >= 0 else None
-
-    def _send(self, views: list[memoryview], total: int, deadline: Deadline) -> None:
-        assert self._world_size is not None
-        abort_fd = self._abort_fd()
-        label = self._label()
-        for peer in range(1, self._world_size):
-            sock = self._links.peers[peer]
-            assert sock is not None
-            site = Site(rank=0, peer=peer, phase="broadcast", path=label, who=f"peer {peer}")
-            done = 0
-            for view in views:
-                done += send_all(
-                    sock, view, deadline, site, offset=done, total=total, abort_fd=abort_fd
-                )
-                self._bytes_sent += len(view)
-
-    def _receive(self, views: list[memoryview], total: int, deadline: Deadline) -> None:
-        assert self._rank is not None
-        abort_fd = self._abort_fd()
-        sock = self._links.peers[0]
-        assert sock is not None
-        site = Site(rank=self._rank, peer=0, phase="broadcast", path=self._label(), who="rank 0")
+    def _receive(
+        self,
+        views: list[memoryview],
+        total: int,
+        deadline: Deadline,
+        route: _Route,
+    ) -> None:
+        sock, site, poller = route.links[0]
+        abort_fd = route.abort_fd
         done = 0
         for view in views:
             done += recv_exact(
-                sock, view, deadline, site, offset=done, total=total, abort_fd=abort_fd
+                sock,
+                view,
+                deadline,
+                site,
+                offset=done,
+                total=total,
+                abort_fd=abort_fd,
+                poller=poller,
+                wait_first=done == 0,
             )
-            self._bytes_received += len(view)
+        self._bytes_received += done
 
     def _break(self, exc: BaseException) -> None:
         reason = str(exc) or type(exc).__name__
@@ -396,6 +482,7 @@ class CpuTpBroadcaster:
         self._new_locks()
         self._busy = None
         self._busy_thread = None
+        self._route = None
         self._links.close(unlink=False)
         self._links = Links()
         self._set_uninitialized()

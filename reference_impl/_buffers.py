@@ -21,7 +21,7 @@ from typing import Any
 
 from ._errors import ConfigurationError
 
-__all__ = ["PreparedBuffers", "prepare_buffers"]
+__all__ = ["PreparedBuffers", "flat_buffer", "prepare_buffers"]
 
 _READ_ONLY_HINT = (
     "a non-root rank receives in place, so pass a bytearray, a writable memoryview, "
@@ -176,6 +176,37 @@ def _add_buffer(index: int, obj: Any, prepared: PreparedBuffers, *, writable: bo
             ) from None
     numpy_mod = sys.modules["numpy"]
     _add_ndarray(index, numpy_mod.asarray(view), prepared, writable=writable)
+
+
+_BYTE_FORMATS = frozenset({"B", "b", "c"})
+
+
+def flat_buffer(obj: object, *, writable: bool) -> bytes | bytearray | memoryview | None:
+    """``obj`` itself when it can go to the socket as it is, else None.
+
+    The broadcast hot path: a ``bytearray``, ``bytes`` (root only), or a C-contiguous
+    1-D byte-format memoryview (writable on peers) is handed to ``send``/``recv_into``
+    unchanged -- no view, no list, no temporary per call.  Everything else (numpy
+    arrays, tensors, other formats, lists, anything to refuse with a reason) goes
+    through :func:`prepare_buffers`.
+    """
+    if isinstance(obj, bytearray):
+        return obj
+    if isinstance(obj, memoryview):
+        try:
+            if (
+                obj.c_contiguous
+                and obj.ndim == 1
+                and obj.format in _BYTE_FORMATS
+                and not (writable and obj.readonly)
+            ):
+                return obj
+        except ValueError:  # released: prepare_buffers says so
+            return None
+        return None
+    if isinstance(obj, bytes) and not writable:
+        return obj
+    return None
 
 
 def prepare_buffers(buffers: object, *, writable: bool) -> PreparedBuffers:

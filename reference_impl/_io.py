@@ -20,8 +20,9 @@ import math
 import select
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeAlias
 
 from ._errors import (
     BroadcastError,
@@ -30,13 +31,30 @@ from ._errors import (
     errno_name,
 )
 
-__all__ = ["Deadline", "Site", "recv_exact", "send_all", "wait_readable"]
+__all__ = [
+    "ByteBuffer",
+    "Deadline",
+    "Site",
+    "make_poller",
+    "recv_exact",
+    "send_all",
+    "send_views",
+    "wait_readable",
+]
+
+#: sendmsg takes at most IOV_MAX (1024 on Linux) buffers per call.
+_IOV_MAX: Final = 1024
+
+#: What the transfer functions take: a 1-D byte buffer whose ``len`` is its byte count
+#: (bytes, bytearray, a ``B``-format memoryview); ``recv_exact`` needs it writable.
+ByteBuffer: TypeAlias = bytes | bytearray | memoryview
 
 _SEND_FLAGS: Final = getattr(socket, "MSG_NOSIGNAL", 0)
 _CLOSED_ERRNOS: Final = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ESHUTDOWN})
 _POLL_IN: Final = select.POLLIN | select.POLLPRI
 _POLL_OUT: Final = select.POLLOUT
 _POLL_BAD: Final = select.POLLNVAL
+_monotonic: Final = time.monotonic
 
 
 class Deadline:
@@ -45,9 +63,10 @@ class Deadline:
     __slots__ = ("_end", "seconds", "started")
 
     def __init__(self, seconds: float | None, *, started: float | None = None) -> None:
-        self.started = time.monotonic() if started is None else started
+        # One clock read per broadcast call (a vDSO call, not a syscall).
+        self.started = start = _monotonic() if started is None else started
         self.seconds = seconds
-        self._end = math.inf if seconds is None else self.started + seconds
+        self._end = math.inf if seconds is None else start + seconds
 
     def remaining(self) -> float:
         """Seconds left (``inf`` for no deadline, 0.0 once passed)."""
@@ -141,6 +160,12 @@ def _poller(sock: socket.socket, events: int, abort_fd: int | None) -> select.po
     return poller
 
 
+def make_poller(sock: socket.socket, *, writing: bool, abort_fd: int | None) -> select.poll:
+    """The ``poller`` argument of :func:`send_all` (``writing``) / :func:`recv_exact`:
+    made once per connection by a caller that transfers many times."""
+    return _poller(sock, _POLL_OUT if writing else _POLL_IN, abort_fd)
+
+
 def _aborted(site: Site, verb: str, done: int, total: int, deadline: Deadline) -> BroadcastError:
     return site.fail(
         BroadcastError,
@@ -166,10 +191,13 @@ def _wait(poller: select.poll, deadline: Deadline, abort_fd: int | None = None) 
             ready = poller.poll(timeout)
         except InterruptedError:  # pragma: no cover - PEP 475 retries already
             continue
-        if any(fd == abort_fd for fd, _ in ready):
-            raise _AbortRequestedError
-        if ready:
-            return ready[0][1]
+        revents = 0
+        for fd, events in ready:
+            if fd == abort_fd:
+                raise _AbortRequestedError
+            revents = events
+        if revents:
+            return revents
         if deadline.expired():
             return 0
 
@@ -225,108 +253,199 @@ def wait_readable(sock: socket.socket, deadline: Deadline) -> bool:
 
 def send_all(
     sock: socket.socket,
-    data: memoryview,
+    data: ByteBuffer,
     deadline: Deadline,
     site: Site,
     *,
     offset: int = 0,
     total: int | None = None,
     abort_fd: int | None = None,
+    poller: select.poll | None = None,
 ) -> int:
     """Send every byte of ``data`` before ``deadline``; returns ``len(data)``.
 
+    The common case costs one ``send`` and nothing else: the whole buffer goes in one
+    call (no slice, no poll).  Only a partial send (the socket buffer filled) or EAGAIN
+    takes :func:`_send_rest`, which waits for POLLOUT with the time left.
+
+    :param data: a 1-D byte buffer whose ``len`` is its byte count (bytes, bytearray, a
+        ``B``-format memoryview).
     :param offset: bytes of the same transfer already sent before ``data``
         (several buffers go back to back), only for the error message.
     :param total: bytes of the whole transfer, for the error message.
     :param abort_fd: when it turns readable, stop with a BroadcastError
         (``reset()`` from another thread uses it; see ``_broadcaster``).
+    :param poller: a ``poll`` object with the socket (POLLOUT) and ``abort_fd`` (POLLIN)
+        registered, kept by the caller across calls; made on demand when None.
     :raises PeerClosedError: the peer closed (EPIPE / ECONNRESET).
     :raises BroadcastTimeoutError: the deadline passed first.
     :raises BroadcastError: any other socket error, errno named.
     """
     size = len(data)
+    if size == 0:  # no syscall: a send of nothing to a closed peer would fail (EPIPE)
+        return 0
+    try:
+        sent = sock.send(data, _SEND_FLAGS)
+    except (BlockingIOError, InterruptedError):
+        sent = -1
+    except OSError as exc:
+        whole = offset + size if total is None else total
+        raise _error_for(
+            exc, site, verb="write to", done=offset, total=whole, deadline=deadline
+        ) from exc
+    if sent == size:
+        return size
+    return _send_rest(
+        sock,
+        data,
+        sent,
+        deadline,
+        site,
+        offset=offset,
+        total=total,
+        abort_fd=abort_fd,
+        poller=poller,
+    )
+
+
+def _send_rest(
+    sock: socket.socket,
+    data: ByteBuffer,
+    first: int,
+    deadline: Deadline,
+    site: Site,
+    *,
+    offset: int,
+    total: int | None,
+    abort_fd: int | None,
+    poller: select.poll | None,
+) -> int:
+    """The rest of :func:`send_all` after a first ``send`` that sent ``first`` bytes
+    (-1: EAGAIN/EINTR): wait for room, send the rest, repeat."""
+    size = len(data)
     whole = offset + size if total is None else total
     sent = 0
-    poller: select.poll | None = None  # made on the first EAGAIN, then reused
-    while sent < size:
+    n = first
+    with memoryview(data) as view:
+        while True:
+            if n > 0:
+                sent += n
+                if sent >= size:
+                    return size
+            elif n == 0:  # never for stream sockets, but never spin on it either
+                raise site.fail(
+                    PeerClosedError,
+                    "peer closed the connection (send returned 0)",
+                    verb="write to",
+                    done=offset + sent,
+                    total=whole,
+                    deadline=deadline,
+                    code=errno.EPIPE,
+                )
+            else:
+                # EAGAIN: wait for room.  After progress we try again at once instead:
+                # the reader drains concurrently, and POLLOUT waits until most of the
+                # buffer to be free.
+                if poller is None:
+                    poller = _poller(sock, _POLL_OUT, abort_fd)
+                # POLLOUT, POLLERR or POLLHUP: the next send reports the real errno.
+                _wait_ready(
+                    poller,
+                    deadline,
+                    abort_fd,
+                    site,
+                    verb="write to",
+                    done=offset + sent,
+                    total=whole,
+                    idle="peer not reading",
+                )
+            try:
+                n = sock.send(view[sent:], _SEND_FLAGS)
+            except (BlockingIOError, InterruptedError):
+                n = -1
+            except OSError as exc:
+                raise _error_for(
+                    exc, site, verb="write to", done=offset + sent, total=whole, deadline=deadline
+                ) from exc
+
+
+def send_views(
+    sock: socket.socket,
+    views: Sequence[memoryview],
+    deadline: Deadline,
+    site: Site,
+    *,
+    total: int,
+    abort_fd: int | None = None,
+    poller: select.poll | None = None,
+) -> int:
+    """Send several buffers back to back (``total`` bytes) before ``deadline``.
+
+    One ``sendmsg`` carries them all when the socket buffer has room (the common case
+    for a few small buffers); whatever it did not take goes view by view through
+    :func:`send_all`.  Same errors as :func:`send_all`.
+    """
+    sent = 0
+    if len(views) <= _IOV_MAX:
         try:
-            n = sock.send(data[sent:], _SEND_FLAGS)
+            sent = sock.sendmsg(views, (), _SEND_FLAGS)
         except (BlockingIOError, InterruptedError):
-            n = -1
+            sent = 0
         except OSError as exc:
             raise _error_for(
-                exc, site, verb="write to", done=offset + sent, total=whole, deadline=deadline
+                exc, site, verb="write to", done=0, total=total, deadline=deadline
             ) from exc
-        if n > 0:
-            sent += n
-            continue
-        if n == 0:  # never for stream sockets, but never spin on it either
-            raise site.fail(
-                PeerClosedError,
-                "peer closed the connection (send returned 0)",
-                verb="write to",
-                done=offset + sent,
-                total=whole,
-                deadline=deadline,
-                code=errno.EPIPE,
+        if sent == total:
+            return total
+    done = 0
+    for view in views:
+        size = len(view)
+        skip = min(size, max(0, sent - done))
+        if skip < size:
+            send_all(
+                sock,
+                view[skip:] if skip else view,
+                deadline,
+                site,
+                offset=done + skip,
+                total=total,
+                abort_fd=abort_fd,
+                poller=poller,
             )
-        if poller is None:
-            poller = _poller(sock, _POLL_OUT, abort_fd)
-        # POLLOUT, POLLERR or POLLHUP: the next send reports the real errno.
-        _wait_ready(
-            poller,
-            deadline,
-            abort_fd,
-            site,
-            verb="write to",
-            done=offset + sent,
-            total=whole,
-            idle="peer not reading",
-        )
-    return size
+        done += size
+    return total
 
 
 def recv_exact(
     sock: socket.socket,
-    view: memoryview,
+    view: ByteBuffer,
     deadline: Deadline,
     site: Site,
     *,
     offset: int = 0,
     total: int | None = None,
     abort_fd: int | None = None,
+    poller: select.poll | None = None,
+    wait_first: bool = False,
 ) -> int:
-    """Fill all of ``view`` (a writable byte memoryview) before ``deadline``.
+    """Fill all of ``view`` (a writable 1-D byte buffer) before ``deadline``.
 
+    The common case costs one ``recv_into`` of the whole buffer (after one ``poll``
+    with ``wait_first``); a short read or EAGAIN takes :func:`_recv_rest` (poll with
+    the time left, then read the rest).
+
+    :param poller: as for :func:`send_all`, with the socket registered for POLLIN.
+    :param wait_first: poll before the first read -- for a reader that usually
+        arrives before the data (a peer waiting for rank 0): a failed non-blocking
+        read raises BlockingIOError, which costs more than the poll.
     :raises PeerClosedError: end of stream (peer closed) before ``len(view)`` bytes.
     :raises BroadcastTimeoutError: the deadline passed first.
     :raises BroadcastError: any other socket error, errno named.
     """
     size = len(view)
-    whole = offset + size if total is None else total
-    got = 0
-    poller: select.poll | None = None  # made on the first EAGAIN, then reused
-    while got < size:
-        try:
-            n = sock.recv_into(view[got:], size - got)
-        except (BlockingIOError, InterruptedError):
-            n = -1
-        except OSError as exc:
-            raise _error_for(
-                exc, site, verb="read from", done=offset + got, total=whole, deadline=deadline
-            ) from exc
-        if n > 0:
-            got += n
-            continue
-        if n == 0:
-            raise site.fail(
-                PeerClosedError,
-                "peer closed the connection (end of stream)",
-                verb="read from",
-                done=offset + got,
-                total=whole,
-                deadline=deadline,
-            )
+    if size == 0:
+        return 0
+    if wait_first:
         if poller is None:
             poller = _poller(sock, _POLL_IN, abort_fd)
         _wait_ready(
@@ -335,8 +454,87 @@ def recv_exact(
             abort_fd,
             site,
             verb="read from",
-            done=offset + got,
-            total=whole,
+            done=offset,
+            total=offset + size if total is None else total,
             idle="no data from peer",
         )
-    return size
+    try:
+        got = sock.recv_into(view)
+    except (BlockingIOError, InterruptedError):
+        got = -1
+    except OSError as exc:
+        whole = offset + size if total is None else total
+        raise _error_for(
+            exc, site, verb="read from", done=offset, total=whole, deadline=deadline
+        ) from exc
+    if got == size:
+        return size
+    return _recv_rest(
+        sock,
+        view,
+        got,
+        deadline,
+        site,
+        offset=offset,
+        total=total,
+        abort_fd=abort_fd,
+        poller=poller,
+    )
+
+
+def _recv_rest(
+    sock: socket.socket,
+    data: ByteBuffer,
+    first: int,
+    deadline: Deadline,
+    site: Site,
+    *,
+    offset: int,
+    total: int | None,
+    abort_fd: int | None,
+    poller: select.poll | None,
+) -> int:
+    """The rest of :func:`recv_exact` after a first ``recv_into`` that read ``first``
+    bytes (-1: EAGAIN/EINTR): wait for data, read the rest, repeat."""
+    size = len(data)
+    whole = offset + size if total is None else total
+    got = 0
+    n = first
+    with memoryview(data) as view:
+        while True:
+            if n > 0:
+                got += n
+                if got >= size:
+                    return size
+            elif n == 0:
+                raise site.fail(
+                    PeerClosedError,
+                    "peer closed the connection (end of stream)",
+                    verb="read from",
+                    done=offset + got,
+                    total=whole,
+                    deadline=deadline,
+                )
+            else:
+                # EAGAIN: wait for data (after progress we try again at once: the writer
+                # fills concurrently).
+                if poller is None:
+                    poller = _poller(sock, _POLL_IN, abort_fd)
+                _wait_ready(
+                    poller,
+                    deadline,
+                    abort_fd,
+                    site,
+                    verb="read from",
+                    done=offset + got,
+                    total=whole,
+                    idle="no data from peer",
+                )
+            try:
+                n = sock.recv_into(view[got:], size - got)
+            except (BlockingIOError, InterruptedError):
+                n = -1
+            except OSError as exc:
+                raise _error_for(
+                    exc, site, verb="read from", done=offset + got, total=whole, deadline=deadline
+                ) from exc

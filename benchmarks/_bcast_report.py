@@ -1,0 +1,301 @@
+"""Summaries, goal ratios, the markdown section and the plots of ``bench_broadcast.py``.
+
+Percentiles are nearest-rank.  The spread of a (method, size) cell is the range of the
+medians of its interleaved blocks (each block saw the machine at a different moment), so
+a cell whose block medians disagree widely was measured under changing load.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import _bcast_methods as methods
+
+SMALL = 4 << 10  # the latency goal: sizes up to 4 KiB
+LARGE = 4 << 20  # the throughput goal: sizes from 4 MiB
+LATENCY_GOAL = 1.2  # reference p50 <= 1.2 x raw star
+THROUGHPUT_GOAL = 0.85  # reference throughput >= 0.85 x raw star
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    index = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[index]
+
+
+def summarise(raw: dict[str, Any], sizes: list[int], names: list[str]) -> dict[str, Any]:
+    """Per method and size: p50/p99/p10/p90/min in microseconds, n, block-median range."""
+    out: dict[str, Any] = {}
+    for name in names:
+        cells: dict[str, Any] = {}
+        for size in sizes:
+            key = f"{name}/{size}"
+            us = [ns / 1000.0 for ns in raw["samples"][key]]
+            ends = raw["block_ends"][key]
+            starts = [0, *ends[:-1]]
+            block_medians = [
+                statistics.median(us[a:b]) for a, b in zip(starts, ends, strict=True) if b > a
+            ]
+            ordered = sorted(us)
+            cells[str(size)] = {
+                "p50": percentile(ordered, 50),
+                "p99": percentile(ordered, 99),
+                "p10": percentile(ordered, 10),
+                "p90": percentile(ordered, 90),
+                "min": ordered[0],
+                "n": len(us),
+                "blocks": len(block_medians),
+                "block_p50_min": min(block_medians),
+                "block_p50_max": max(block_medians),
+            }
+        out[name] = cells
+    return out
+
+
+def human(size: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+def _us(value: float) -> str:
+    if value >= 10000:
+        return f"{value / 1000:,.1f} ms"
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+def ratios(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (TP, size): p50 of each method over the raw star's p50 (latency ratio;
+    its inverse is the throughput ratio, the sizes being equal)."""
+    rows = []
+    for tp, group in run["groups"].items():
+        if "raw" not in group:
+            continue
+        for size in run["sizes"]:
+            raw = group["raw"][str(size)]["p50"]
+            row: dict[str, Any] = {"tp": int(tp), "size": size}
+            for name in ("reference", "gloo", "shm"):
+                if name in group:
+                    row[name] = group[name][str(size)]["p50"] / raw
+            rows.append(row)
+    return rows
+
+
+def goals(run: dict[str, Any]) -> list[tuple[str, float, bool]]:
+    """(description, measured ratio, met) for each goal cell measured in this run."""
+    out = []
+    for row in ratios(run):
+        ref = row.get("reference")
+        if ref is None:
+            continue
+        tp, size = row["tp"], row["size"]
+        if size <= SMALL and tp in (2, 4):
+            out.append((f"TP {tp} {human(size)} p50 ref/raw", ref, ref <= LATENCY_GOAL))
+        if size >= LARGE:
+            thr = 1 / ref
+            out.append((f"TP {tp} {human(size)} throughput ref/raw", thr, thr >= THROUGHPUT_GOAL))
+    return out
+
+
+def goals_text(run: dict[str, Any]) -> str:
+    lines = [f"goals (load {' '.join(run['loadavg_start'])} -> {' '.join(run['loadavg_end'])}):"]
+    for text, value, met in goals(run):
+        lines.append(f"  {text}: {value:.2f} {'met' if met else 'MISSED'}")
+    return "\n".join(lines)
+
+
+def _markdown(run: dict[str, Any]) -> str:
+    names = run["methods"]
+    md = [
+        "## Broadcast: latency and throughput vs payload size",
+        "",
+        f"`benchmarks/bench_broadcast.py`, run {run['started']}, {run['wall_s']:.0f} s, "
+        f"{run['cpus']} CPUs, pinning `{run['pin']}`"
+        + (" (rank r on CPU r mod ncpu)" if run["pin"] == "split" else "")
+        + f", implementation `{run['impl']}`.",
+        f"Load average (1/5/15 min): start {' '.join(run['loadavg_start'])}, "
+        f"end {' '.join(run['loadavg_end'])}.",
+        "",
+        "One round = broadcast on every rank + a 1-byte ack from every peer to rank 0 over a "
+        "pipe (the same pipes for every method), timed on rank 0; memcpy is one in-process "
+        "`np.copyto` on rank 0 (no IPC, no ack). Methods are interleaved: per size, each "
+        "method gets one verified round (peers start from zeros and compare) and a warm-up, "
+        "then the timed rounds run in blocks, every block running every method in a "
+        "rotating order. Throughput = payload bytes / p50 round time. Percentiles are "
+        "nearest-rank; *spread* is the range of the per-block medians.",
+        "",
+        f"**TP 4 and TP 8 run 4 and 8 processes on {run['cpus']} cores: every method is "
+        "oversubscribed there**, so those numbers measure scheduling as much as copying.",
+        "",
+        "Rounds per size (timed, warm-up, blocks): "
+        + "; ".join(f"{human(int(s))}: {c[0]}/{c[1]}/{c[2]}" for s, c in run["counts"].items())
+        + ".",
+        "",
+        "![latency](broadcast_latency.png)",
+        "![throughput](broadcast_throughput.png)",
+        "![ratios](broadcast_ratio.png)",
+        "",
+        "### Goals (ratios measured in this run)",
+        "",
+        f"p50 ≤ {LATENCY_GOAL} x raw star at ≤ 4 KiB (TP 2 and 4); throughput ≥ "
+        f"{THROUGHPUT_GOAL} x raw star at ≥ 4 MiB.",
+        "",
+        "| cell | ratio | goal |",
+        "|---|---:|---|",
+    ]
+    for text, value, met in goals(run):
+        md.append(f"| {text} | {value:.2f} | {'met' if met else '**missed**'} |")
+    md += [
+        "",
+        "### p50 ratios to the raw star (above 1 = slower than the raw star)",
+        "",
+        "| TP | size | reference | gloo | shm |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in ratios(run):
+        cells = [f"{row[k]:.2f}" if k in row else "-" for k in ("reference", "gloo", "shm")]
+        md.append(f"| {row['tp']} | {human(row['size'])} | " + " | ".join(cells) + " |")
+    for tp, group in run["groups"].items():
+        md += [
+            "",
+            f"### TP {tp}: p50 / p99 µs (spread of block medians)",
+            "",
+            "| size | " + " | ".join(names) + " |",
+            "|---:|" + "---:|" * len(names),
+        ]
+        for size in run["sizes"]:
+            cells = []
+            for name in names:
+                c = group[name][str(size)]
+                cells.append(
+                    f"{_us(c['p50'])} / {_us(c['p99'])} "
+                    f"({_us(c['block_p50_min'])} to {_us(c['block_p50_max'])})"
+                )
+            md.append(f"| {human(size)} | " + " | ".join(cells) + " |")
+    md.append("")
+    return "\n".join(md)
+
+
+COLORS = {
+    "reference": "tab:red",
+    "raw": "tab:blue",
+    "gloo": "tab:green",
+    "shm": "tab:purple",
+    "memcpy": "tab:gray",
+}
+
+
+def _size_axis(ax: Any, sizes: list[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([human(s).replace(" ", "") for s in sizes], rotation=60, fontsize=8)
+    ax.set_xlabel("payload size")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _plots(run: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = run["sizes"]
+    tps = list(run["groups"])
+    load = f"load {' '.join(run['loadavg_start'])} → {' '.join(run['loadavg_end'])}"
+    where = f"{run['cpus']} CPUs, pin {run['pin']}, {load}"
+
+    fig, axes = plt.subplots(1, len(tps), figsize=(6 * len(tps), 5.5), squeeze=False)
+    for ax, tp in zip(axes[0], tps, strict=True):
+        for name in run["methods"]:
+            cells = [run["groups"][tp][name][str(s)] for s in sizes]
+            color = COLORS.get(name)
+            label = methods.LABELS[name]
+            ax.plot(sizes, [c["p50"] for c in cells], "o-", color=color, label=f"{label} p50")
+            ax.plot(
+                sizes,
+                [c["p99"] for c in cells],
+                "x--",
+                color=color,
+                alpha=0.6,
+                label=f"{label} p99",
+            )
+        _size_axis(ax, sizes)
+        ax.set_yscale("log")
+        ax.set_ylabel("round time (µs, log)")
+        over = " (oversubscribed)" if int(tp) > run["cpus"] else ""
+        ax.set_title(f"TP {tp}{over}")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"Broadcast round time (broadcast + 1-byte ack) vs payload size — {where}")
+    fig.tight_layout()
+    fig.savefig(out / "broadcast_latency.png", dpi=110)
+    plt.close(fig)
+
+    _throughput_plot(plt, run, out, where)
+    _ratio_plot(plt, run, out, where)
+
+
+def _throughput_plot(plt: Any, run: dict[str, Any], out: Path, where: str) -> None:
+    sizes = run["sizes"]
+    tps = list(run["groups"])
+    fig, axes = plt.subplots(1, len(tps), figsize=(6 * len(tps), 5.5), squeeze=False)
+    for ax, tp in zip(axes[0], tps, strict=True):
+        for name in run["methods"]:
+            cells = [run["groups"][tp][name][str(s)] for s in sizes]
+            gbs = [s / (c["p50"] * 1e-6) / 1e9 for s, c in zip(sizes, cells, strict=True)]
+            ax.plot(sizes, gbs, "o-", color=COLORS.get(name), label=methods.LABELS[name])
+        _size_axis(ax, sizes)
+        ax.set_yscale("log")
+        ax.set_ylabel("payload throughput (GB/s = bytes / p50 round, log)")
+        over = " (oversubscribed)" if int(tp) > run["cpus"] else ""
+        ax.set_title(f"TP {tp}{over}")
+    axes[0][0].legend(fontsize=8, loc="upper left")
+    fig.suptitle(f"Broadcast throughput vs payload size — {where}")
+    fig.tight_layout()
+    fig.savefig(out / "broadcast_throughput.png", dpi=110)
+    plt.close(fig)
+
+
+def _ratio_plot(plt: Any, run: dict[str, Any], out: Path, where: str) -> None:
+    sizes = run["sizes"]
+    tps = list(run["groups"])
+    rows = ratios(run)
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5), squeeze=False)
+    for ax, name in zip(axes[0], ("reference", "shm", "gloo"), strict=True):
+        for tp in tps:
+            pts = [(r["size"], r[name]) for r in rows if r["tp"] == int(tp) and name in r]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"TP {tp}")
+        ax.axhline(1.0, color="black", lw=0.8)
+        if name == "reference":
+            ax.axhline(
+                LATENCY_GOAL,
+                color="tab:red",
+                ls=":",
+                label=f"latency goal ≤ {LATENCY_GOAL} (≤ 4 KiB)",
+            )
+            ax.axhline(
+                1 / THROUGHPUT_GOAL,
+                color="tab:orange",
+                ls=":",
+                label=f"throughput goal ≥ {THROUGHPUT_GOAL} (≥ 4 MiB): "
+                f"ratio ≤ {1 / THROUGHPUT_GOAL:.2f}",
+            )
+        _size_axis(ax, sizes)
+        ax.set_yscale("log")
+        ax.set_ylabel("p50 round time / raw star p50 (log; < 1 = faster)")
+        ax.set_title(f"{methods.LABELS[name]} vs raw UDS star")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"p50 ratio to the raw UDS star — {where}")
+    fig.tight_layout()
+    fig.savefig(out / "broadcast_ratio.png", dpi=110)
+    plt.close(fig)
+
+
+def write(run: dict[str, Any], out: Path) -> None:
+    (out / "broadcast.json").write_text(json.dumps(run, indent=1) + "\n")
+    (out / "broadcast.md").write_text(_markdown(run))
+    _plots(run, out)
