@@ -37,6 +37,20 @@ def test_a_non_number_deadline_is_refused_naming_the_setting_the_value_and_its_t
     assert str(info.value) == "init_timeout must be a number of seconds, got '5' (type=str)"
 
 
+@pytest.mark.parametrize(
+    "setting", ["connect_timeout", "connect_retry_interval", "init_timeout", "io_timeout"]
+)
+def test_every_deadline_setting_is_checked_under_its_own_name(setting: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"^{setting} must be a finite number > 0, got 0"):
+        BroadcasterConfig(**{setting: 0})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("uid", [True, "1000", -1, 1.0])
+def test_allowed_uids_hold_only_non_negative_ints(uid: object) -> None:
+    with pytest.raises(ConfigurationError, match=f"allowed_uids must hold uids >= 0, got {uid!r}"):
+        BroadcasterConfig(allowed_uids=(uid,))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("bad", [0, -1.0, math.inf, math.nan])
 def test_only_io_timeout_suggests_none_for_waiting_forever(bad: float) -> None:
     """connect/init deadlines cannot be None (always bounded); the io one can, and says so."""
