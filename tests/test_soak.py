@@ -13,27 +13,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from mutants._base import Delegating
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "soak.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("tpbcast_bench_soak", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through it
-    spec.loader.exec_module(module)
-    return module
-
-
-soak = _load()
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))  # the soak is a script with sibling modules
+import soak  # noqa: E402 - needs the path above
 
 SHORT = {
     "world_size": 3,
