@@ -225,3 +225,9 @@ def bench(session: nox.Session) -> None:
     _install_project(session, "matplotlib", "expecttest")
     session.run("python", "benchmarks/bench_harness.py", *session.posargs)
     session.run("python", "benchmarks/bench_dispatch.py", *session.posargs)
+    # Broadcast latency/throughput vs size, reference vs its baselines (~6 min; `quick` in
+    # the posargs: 4 sizes, a tenth of the rounds); reports/bench/broadcast*.
+    quick = ["--quick"] if "quick" in session.posargs else []
+    session.run("python", "benchmarks/bench_broadcast.py", *quick)
+    # reports/bench/bench.md = the section files the benchmarks wrote (broadcast.md, ...).
+    session.run("python", "benchmarks/bench_summary.py")
