@@ -23,9 +23,12 @@ def test_a_too_long_socket_path_tells_how_to_fix_it() -> None:
     """The error names the knob an operator turns (the env var, spelled as it is)."""
     with pytest.raises(ConfigurationError) as info:
         CpuTpBroadcaster().initialize(0, 2, _TOO_LONG)
-    message = str(info.value)
-    assert "use a shorter base path or set TPBCAST_SOCKET_DIR to a short directory" in message
-    assert info.value.path == _TOO_LONG + "_0.sock"
+    path = _TOO_LONG + "_0.sock"
+    assert str(info.value) == (
+        "socket path is 108 bytes, the limit is 107 (sun_path); use a shorter base path or "
+        f"set TPBCAST_SOCKET_DIR to a short directory [path {path}]"
+    )
+    assert info.value.path == path
 
 
 # -- BroadcasterConfig -----------------------------------------------------------------
@@ -63,6 +66,13 @@ def test_only_io_timeout_suggests_none_for_waiting_forever(bad: float) -> None:
     with pytest.raises(ConfigurationError) as connect:
         BroadcasterConfig(connect_timeout=bad)
     assert str(connect.value) == f"connect_timeout must be a finite number > 0, got {bad!r}"
+
+
+@pytest.mark.parametrize("flag", ["require_same_uid", "abstract_namespace", "verify_socket_dir"])
+def test_switches_take_only_bools(flag: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        BroadcasterConfig(**{flag: 1})  # type: ignore[arg-type]
+    assert str(info.value) == f"{flag} must be a bool, got 1"
 
 
 def test_allowed_uids_alone_replace_the_same_uid_rule() -> None:
