@@ -212,6 +212,17 @@ def plot(report: SoakReport, path: Path) -> bool:
     return True
 
 
+def run_length(values: list[int]) -> list[list[int]]:
+    """``[value, count]`` pairs: a flat series of 10,000 samples is one pair, not 10,000."""
+    pairs: list[list[int]] = []
+    for value in values:
+        if pairs and pairs[-1][0] == value:
+            pairs[-1][1] += 1
+        else:
+            pairs.append([value, 1])
+    return pairs
+
+
 def write_reports(report: SoakReport, out: Path, loadavg: tuple[str, str], command: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "soak.md").write_text(render_markdown(report, loadavg, command))
@@ -225,7 +236,14 @@ def write_reports(report: SoakReport, out: Path, loadavg: tuple[str, str], comma
         "source": report.source,
         "ranks": [asdict(r) for r in report.ranks],
         "rss_sample": report.rss_sample,
-        "samples": [{k: v[k] for k in ("rank", "fds", "rss", "rss_resources")} for v in report.raw],
+        "samples_encoding": "run-length: [value, repeat count] pairs, one value per broadcast",
+        "samples": [
+            {
+                "rank": v["rank"],
+                **{k: run_length(v[k]) for k in ("fds", "rss", "rss_resources")},
+            }
+            for v in report.raw
+        ],
         "corruption_examples": [e for v in report.raw for e in v["corruption_examples"]],
         "failure": report.failure,
     }

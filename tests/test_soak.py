@@ -153,6 +153,13 @@ def test_the_rss_sample_reports_every_rank() -> None:
 # -- pure parts ------------------------------------------------------------------------------
 
 
+def test_samples_are_stored_run_length_encoded() -> None:
+    from soak_report import run_length
+
+    assert run_length([]) == []
+    assert run_length([5, 5, 5, 7, 5]) == [[5, 3], [7, 1], [5, 1]]
+
+
 def test_the_schedule_is_a_pure_function_of_the_seed_and_covers_the_edges() -> None:
     config = soak.SoakConfig(
         broadcasts=3000, max_bytes=1 << 20, seed=7, fresh_object_chance=0.5, new_path_chance=0.9
