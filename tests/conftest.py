@@ -1,4 +1,5 @@
-"""Session-level proof that the whole self-test suite leaves nothing behind.
+"""Session-level proof that the whole self-test suite leaves nothing behind, and the
+short private directories the self-tests put sockets in (``short_dir``, ``base_path``).
 
 At configure time (in the xdist controller, or the only process without xdist) we
 1. point ``TPBCAST_WORKDIR_ROOT`` at a private root, inherited by xdist workers and by
@@ -16,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -64,6 +67,29 @@ def find_orphans(before: set[tuple[int, int]]) -> list[str]:
                 cmd = "?"
             orphans.append(f"pid {pid} (ppid {ppid}, pgrp {pgrp}, state {state}): {cmd}")
     return orphans
+
+
+@pytest.fixture
+def short_dir() -> Iterator[str]:
+    """A private 0700 directory directly under /tmp, removed after the test.
+
+    Socket paths in it stay far below the 107-byte ``sun_path`` limit, which pytest's
+    ``tmp_path`` does not promise.  Not the plugin's ``tpbcast_path_factory``: its
+    directories sit inside a 0700 session directory, and the tests that reach a socket
+    as another uid (setuid nobody) open ``short_dir`` itself to that uid (chmod 0711 or
+    0777), which a 0700 parent would defeat.
+    """
+    path = tempfile.mkdtemp(prefix="tpt-", dir="/tmp")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def base_path(short_dir: str) -> str:
+    """A broadcaster base path in ``short_dir`` (rank 0's socket: ``<short_dir>/g_0.sock``)."""
+    return os.path.join(short_dir, "g")
 
 
 def _is_worker(config: pytest.Config) -> bool:

@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
-
-
-@pytest.fixture
-def short_dir() -> Iterator[str]:
-    """A private directory directly under /tmp: socket paths in it stay far below the
-    107-byte ``sun_path`` limit, which pytest's ``tmp_path`` does not promise."""
-    path = tempfile.mkdtemp(prefix="th", dir="/tmp")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _reap_child(pid: int, timeout: float) -> int:

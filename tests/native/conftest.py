@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,15 +19,7 @@ def native_library() -> Path:
 
 
 @pytest.fixture
-def short_dir(native_library: Path) -> Iterator[str]:
-    """A private 0700 directory with a short path (sun_path is 107 bytes)."""
-    path = tempfile.mkdtemp(prefix="cb-", dir="/tmp")
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def base_path(short_dir: str) -> str:
-    return os.path.join(short_dir, "g")
+def short_dir(short_dir: str, native_library: Path) -> str:
+    """tests/conftest.py's ``short_dir``, with libcbcast built and loaded in this (parent)
+    process first, so the ranks forked by a test that takes a socket path inherit it."""
+    return short_dir

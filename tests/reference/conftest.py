@@ -1,29 +1,11 @@
-"""Fixtures for the reference self-tests: private short directories, fast configs."""
+"""Fixtures for the reference self-tests (``short_dir`` and ``base_path``: tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 
 import pytest
-
-
-@pytest.fixture
-def short_dir() -> Iterator[str]:
-    """A private 0700 directory with a short path (sun_path is 107 bytes)."""
-    path = tempfile.mkdtemp(prefix="tb-", dir="/tmp")
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def base_path(short_dir: str) -> str:
-    return os.path.join(short_dir, "g")
 
 
 @pytest.fixture(autouse=True)
