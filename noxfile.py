@@ -217,6 +217,10 @@ def soak(session: nox.Session) -> None:
     session.run("python", "benchmarks/soak.py", *session.posargs)
 
 
+HARNESS_QUICK = ("--rounds", "1", "--tests", "5", "--mptc-tests", "1", "--reps", "30")
+HARNESS_QUICK += ("--conformance-rounds", "1")
+
+
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Ratio benchmarks (never timed assertions): harness fork cost, UDS vs fallback path."""
@@ -229,5 +233,10 @@ def bench(session: nox.Session) -> None:
     # the posargs: 4 sizes, a tenth of the rounds); reports/bench/broadcast*.
     quick = ["--quick"] if "quick" in session.posargs else []
     session.run("python", "benchmarks/bench_broadcast.py", *quick)
+    # Per-test cost of a multi-rank test (tpbcast_run vs torch's MultiProcessTestCase and
+    # MultiProcContinuousTest), run_ranks vs a bare fork, fork cost vs parent size, the
+    # conformance run serial vs -n 2 (~20 min on 2 idle cores; `quick`: one small round);
+    # reports/bench/harness*.
+    session.run("python", "benchmarks/bench_harness_cost.py", *(HARNESS_QUICK if quick else ()))
     # reports/bench/bench.md = the section files the benchmarks wrote (broadcast.md, ...).
     session.run("python", "benchmarks/bench_summary.py")
