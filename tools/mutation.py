@@ -104,22 +104,29 @@ def _files_at(rev: str | None) -> dict[str, bytes]:
     return files
 
 
-def _sync(target: Path, data: bytes) -> None:
-    """Write only when the content differs: an unchanged file keeps its mtime, which is
-    how mutmut knows it may keep that file's mutants and verdicts."""
+def _sync(target: Path, data: bytes) -> bool:
+    """Write only when the content differs (True if written): an unchanged file keeps its
+    mtime, which is how mutmut knows it may keep that file's mutants and verdicts."""
     if target.is_file() and target.read_bytes() == data:
-        return
+        return False
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
+    return True
 
 
 def build_stage(rev: str | None) -> None:
     files = _files_at(rev)
     wanted: set[Path] = set()
+    source_changed = False
     for name, data in files.items():
-        target = STAGE / "tpbcast" / name if name.startswith("reference_impl/") else STAGE / name
-        _sync(target, data)
+        source = name.startswith("reference_impl/")
+        target = STAGE / "tpbcast" / name if source else STAGE / name
+        source_changed |= _sync(target, data) and source
         wanted.add(target)
+    if source_changed:
+        # mutmut maps tests to functions once (its stats pass) and afterwards only adds
+        # new TESTS: a function new since then would be "no tests".  Map again.
+        (STAGE / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     _sync(STAGE / PLUGIN.name, PLUGIN.read_bytes())
     wanted.add(STAGE / PLUGIN.name)
     for sub in ("tpbcast", "tests"):
