@@ -9,11 +9,28 @@ text.  All run in the pytest process: no fork, milliseconds each.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from tpbcast.reference_impl import BroadcasterConfig, ConfigurationError, CpuTpBroadcaster
+from tpbcast.harness import wire
+from tpbcast.reference_impl import (
+    BroadcasterConfig,
+    BroadcastTimeoutError,
+    ConfigurationError,
+    CpuTpBroadcaster,
+    PeerClosedError,
+    SecurityError,
+    make_base_path,
+)
+from tpbcast.reference_impl import _broadcaster as broadcaster_module
+from tpbcast.reference_impl._paths import prepare_socket_path
 
 # A base path whose socket path (<base>_0.sock) is 108 bytes: one over sun_path.
 _TOO_LONG = "/tmp/" + "p" * (107 - len("/tmp/") - len("_0.sock") + 1)
@@ -80,3 +97,168 @@ def test_allowed_uids_alone_replace_the_same_uid_rule() -> None:
     assert config.accepted_uids(own_uid=1000) == frozenset({4242, 7})
     assert BroadcasterConfig(allowed_uids=(7,)).accepted_uids(1000) == frozenset({1000, 7})
     assert BroadcasterConfig(require_same_uid=False).accepted_uids(1000) is None
+
+
+# -- make_base_path and the socket path policy ------------------------------------------
+
+
+def test_make_base_path_defaults_to_tmp_without_tmpdir() -> None:
+    base = make_base_path(session_id="s", environ={})
+    assert base == f"/tmp/tpbcast_{os.geteuid()}/tp_s_dp0"
+
+
+def test_make_base_path_reads_the_process_environment_by_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TPBCAST_SESSION_ID", "envsession")
+    monkeypatch.setenv("TPBCAST_SOCKET_DIR", "/tmp/envdir")
+    assert make_base_path(1) == "/tmp/envdir/tp_envsession_dp1"
+
+
+def test_a_long_session_id_keeps_a_prefix_and_a_digest_of_the_whole() -> None:
+    session = "s" * 40
+    digest = hashlib.sha256(session.encode()).hexdigest()[:12]
+    assert make_base_path(session_id=session, base_dir="/b") == f"/b/tp_{'s' * 11}_{digest}_dp0"
+
+
+def test_make_base_path_errors_say_what_to_change() -> None:
+    with pytest.raises(ConfigurationError) as bad_rank:
+        make_base_path(-1)
+    assert str(bad_rank.value) == "dp_rank must be an int >= 0, got -1"
+    with pytest.raises(ConfigurationError) as too_long:
+        make_base_path(session_id="s", base_dir="/tmp/" + "d" * 100)
+    assert "; set TPBCAST_SOCKET_DIR (or base_dir) to a shorter directory [path" in str(
+        too_long.value
+    )
+
+
+def test_a_bound_but_not_listening_socket_is_stale_and_replaced(short_dir: str) -> None:
+    path = os.path.join(short_dir, "g_0.sock")
+    leftover = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        leftover.bind(path)  # bound, never listening: nobody can connect to it
+        prepare_socket_path(path)
+        assert not os.path.lexists(path)
+    finally:
+        leftover.close()
+
+
+@contextlib.contextmanager
+def _cwd(path: str) -> Iterator[None]:
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def test_a_listener_bound_by_a_relative_name_with_dotdot_is_live(short_dir: str) -> None:
+    """/proc/net/unix shows the name as bound ("../g_0.sock"); it still owns our path."""
+    sub = os.path.join(short_dir, "sub")
+    os.mkdir(sub)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with _cwd(sub):
+            listener.bind("../g_0.sock")
+        listener.listen(1)
+        with pytest.raises(SecurityError, match="another process is listening"):
+            prepare_socket_path(os.path.join(short_dir, "g_0.sock"))
+    finally:
+        listener.close()
+
+
+def test_what_sits_at_the_socket_path_is_named(short_dir: str) -> None:
+    directory = os.path.join(short_dir, "d_0.sock")
+    os.mkdir(directory)
+    with pytest.raises(SecurityError, match=r"^a directory is at the socket path; refusing"):
+        prepare_socket_path(directory)
+    fifo = os.path.join(short_dir, "f_0.sock")
+    os.mkfifo(fifo)
+    with pytest.raises(SecurityError, match=r"^a special file is at the socket path; refusing"):
+        prepare_socket_path(fifo)
+
+
+# -- rank 0's bootstrap, in this process (peers are threads speaking wire v1) ----------
+
+
+def _in_thread(target: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+def _root_error(base: str, world_size: int, init_timeout: float) -> BaseException:
+    """Initialize rank 0 (which must fail); return its error, every fd closed again."""
+    bcast = CpuTpBroadcaster(BroadcasterConfig(init_timeout=init_timeout))
+    try:
+        with pytest.raises(Exception) as info:
+            bcast.initialize(0, world_size, base)
+    finally:
+        bcast.reset()
+    return info.value
+
+
+def test_a_rank_that_never_connects_is_named_when_the_init_deadline_passes(
+    base_path: str,
+) -> None:
+    err = _root_error(base_path, 3, init_timeout=0.2)
+    assert isinstance(err, BroadcastTimeoutError)
+    assert (err.rank, err.phase, err.errno_name) == (0, "accept", "ETIMEDOUT")
+    assert err.path == base_path + "_0.sock"
+    assert "passed with 0/2 peers connected; missing rank(s) [1, 2]" in str(err)
+
+
+def test_a_half_announced_rank_at_the_deadline_is_blamed_with_its_bytes(base_path: str) -> None:
+    done = threading.Event()
+
+    def half_peer() -> None:
+        sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        with sock:
+            wire.send_all(sock, wire.pack_rank(1)[:2], wire.Deadline.after(5.0))
+            done.wait(10.0)
+
+    thread = _in_thread(half_peer)
+    try:
+        err = _root_error(base_path, 2, init_timeout=0.5)
+    finally:
+        done.set()
+        thread.join(10.0)
+    assert isinstance(err, BroadcastTimeoutError)
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (2, 4, "ETIMEDOUT")
+    assert (err.rank, err.phase, err.path) == (0, "handshake", base_path + "_0.sock")
+    assert f"read from connection 1 (pid {os.getpid()}) failed" in str(err)
+
+
+def test_a_joined_peer_that_hangs_up_early_is_named_with_rank_0s_path(base_path: str) -> None:
+    def quitter() -> None:
+        sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        with sock:
+            wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(5.0))
+
+    thread = _in_thread(quitter)
+    try:
+        err = _root_error(base_path, 3, init_timeout=10.0)
+    finally:
+        thread.join(10.0)
+    assert isinstance(err, PeerClosedError)
+    assert (err.rank, err.peer, err.phase) == (0, 1, "accept")
+    assert err.path == base_path + "_0.sock"
+    assert (
+        f": peer 1 (pid {os.getpid()}) closed the connection while rank 0 waited for the "
+        f"other peers [path {base_path}_0.sock]"
+    ) in str(err)
+
+
+# -- the process-wide instance -----------------------------------------------------------
+
+
+def test_the_first_instance_call_creates_the_broadcaster() -> None:
+    saved = broadcaster_module._Singleton.value
+    broadcaster_module._Singleton.value = None
+    try:
+        first = broadcaster_module.instance()
+        assert isinstance(first, CpuTpBroadcaster)
+        assert broadcaster_module.instance() is first
+    finally:
+        broadcaster_module._Singleton.value = saved
