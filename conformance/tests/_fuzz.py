@@ -15,12 +15,14 @@ Replaying a failure (conformance/tests/README.md, "Fuzz tests"): the seed is the
 session's ``--tpbcast-seed`` mixed with the test's name, unless ``--hypothesis-seed`` or
 ``TPBCAST_FUZZ_SEED`` fixes it; failing cases are also saved in the example database
 (``TPBCAST_FUZZ_DB``, default ``.hypothesis/tpbcast-fuzz`` in the current directory) and
-replayed first by the next run.
+replayed first by the next run; ``TPBCAST_FUZZ_REPRODUCE`` takes the printed
+``@reproduce_failure(...)`` line and replays exactly that case.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 import zlib
 from collections.abc import Callable, Iterable
@@ -38,6 +40,12 @@ PROFILE_ENV: Final = "TPBCAST_FUZZ_PROFILE"
 EXAMPLES_ENV: Final = "TPBCAST_FUZZ_EXAMPLES"
 SEED_ENV: Final = "TPBCAST_FUZZ_SEED"
 DB_ENV: Final = "TPBCAST_FUZZ_DB"
+REPRODUCE_ENV: Final = "TPBCAST_FUZZ_REPRODUCE"
+"""The ``@reproduce_failure('<version>', b'<blob>')`` line a failure printed: replays that
+one case first (select its test with ``-k``)."""
+_REPRODUCE_RE: Final = re.compile(
+    r"""reproduce_failure\(\s*['"]([^'"]+)['"]\s*,\s*b['"]([^'"]+)['"]"""
+)
 DB_DEFAULT: Final = os.path.join(".hypothesis", "tpbcast-fuzz")
 # More unstaged cases than this share (the suite's own rogue could not deliver its
 # bytes although the implementation looked fine) makes the test inconclusive (ERROR).
@@ -63,6 +71,18 @@ class CaseFailedError(AssertionError):
         self.case = case
         first = failed[0]
         super().__init__(s.clause(first.cid, first.sentence, first.got, rank=first.rank))
+
+
+_ERROR_CLASSES: dict[str, type[CaseFailedError]] = {}
+
+
+def _error_class(cid: str) -> type[CaseFailedError]:
+    """One subclass per clause: hypothesis tells bugs apart by exception type and place,
+    so a case failing INIT-7 is shrunk and reported apart from one failing WIRE-4."""
+    if cid not in _ERROR_CLASSES:
+        name = "CaseFailed_" + cid.replace("-", "_")
+        _ERROR_CLASSES[cid] = type(name, (CaseFailedError,), {})
+    return _ERROR_CLASSES[cid]
 
 
 @dataclass
@@ -91,7 +111,7 @@ class Tally:
             else:
                 failed.append(check)
         if failed:
-            raise CaseFailedError(failed, case)
+            raise _error_class(failed[0].cid)(failed, case)
 
 
 def profile() -> tuple[str, int]:
@@ -132,6 +152,18 @@ def _settings(examples: int) -> settings:
         suppress_health_check=list(HealthCheck),
         report_multiple_bugs=True,
     )
+
+
+def _reproducing(text: str) -> Callable[[Any], Any]:
+    from hypothesis import reproduce_failure
+
+    match = _REPRODUCE_RE.search(text)
+    if match is None:
+        raise ValueError(
+            f"{REPRODUCE_ENV}={text!r}: expected the printed "
+            "@reproduce_failure('<version>', b'<blob>') line"
+        )
+    return reproduce_failure(match.group(1), match.group(2).encode())
 
 
 def _violations(exc: BaseException) -> list[CaseFailedError]:
@@ -178,9 +210,12 @@ def run(
 
     for add in examples:
         prop = add(prop)
+    wanted = os.environ.get(REPRODUCE_ENV)
+    if wanted:
+        prop = _reproducing(wanted)(prop)
     # hypothesis keys its database by the test function's source: one per fuzz test.
     prop.hypothesis.inner_test._hypothesis_internal_add_digest = test_name.encode()
-    failed: dict[str, str] = {}
+    failed: set[str] = set()
     try:
         prop()
     except BaseException as exc:
@@ -195,12 +230,11 @@ def run(
         for violation in found:
             extra = "\n".join(str(n) for n in getattr(violation, "__notes__", ()))
             for check in violation.failed:
-                failed.setdefault(
-                    check.cid,
-                    f"{check.got}\n  minimal case: {violation.case!r}\n  {replay}\n"
-                    f"{extra or notes}",
+                failed.add(check.cid)
+                got = (
+                    f"{check.got}\n  minimal case: {violation.case!r}\n  {replay}\n{extra or notes}"
                 )
-                s.check(check.cid, False, check.sentence, failed[check.cid], rank=check.rank)
+                s.check(check.cid, False, check.sentence, got, rank=check.rank)
     elapsed = time.monotonic() - tally.started
     slow = "; ".join(f"{took:.2f}s {case}" for took, case in tally.slowest)
     summary = (

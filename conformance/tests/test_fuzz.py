@@ -252,6 +252,8 @@ def _peer_cases() -> Any:
 _PEER_EXAMPLES: Final = (
     PeerCase(2, pack_rank(1), (1, 2, 3), (True, False, True, False), "proceed", 4097, 4097),
     PeerCase(3, pack_rank(7), (2,), (True, False), "stall"),
+    PeerCase(2, pack_rank(-1), (1,), (False, False), "half_close"),
+    PeerCase(3, pack_rank(0), (), (False,), "stall"),
     PeerCase(3, pack_rank(1), (), (False,), "close"),
     PeerCase(2, pack_rank(1)[:2], (1,), (False, True), "stall"),
     PeerCase(3, pack_rank(2), (3,), (False, False), "proceed", BIG, 5, "close"),
@@ -289,6 +291,16 @@ def _run_peer_case(impl, seed, case: PeerCase) -> tuple[list[Judged], bool]:
     seen = _alive(result, impl_ranks, checks)
     rogue = result.outcomes[case.rogue].value
     root = seen.get(0)
+    if root is None and (case.ending in ("close", "half_close") or case.after == "close"):
+        checks.append(
+            Judged(
+                "FAULT-1",
+                False,
+                "rank 0 survives a peer that closed (SIGPIPE at its default action)",
+                result.outcomes[0].summary(),
+                0,
+            )
+        )
     if not isinstance(rogue, PeerSeen) or not rogue.connected:
         if case.kind == "valid" and root is not None and root.init.failed:
             checks.append(
@@ -306,8 +318,10 @@ def _run_peer_case(impl, seed, case: PeerCase) -> tuple[list[Judged], bool]:
 
 def _judge_bad_peer(case, root, peer1, rogue: PeerSeen, *, timed, checks):
     cid = _BAD_CLAUSE[case.kind]
-    what = f"a {case.kind.replace('_', '-')} announcement {case.handshake.hex() or '(none)'}"
-    checks.append(Judged(cid, rogue.probe != PROBE, f"{what} never gets the probe", rogue, 0))
+    what = f"announcement {case.handshake.hex() or '(no byte)'} ({case.kind.replace('_', ' ')})"
+    checks.append(
+        Judged(cid, rogue.probe != PROBE, f"a peer sending {what} never gets the probe", rogue, 0)
+    )
     if root is not None:
         checks.append(
             Judged(
