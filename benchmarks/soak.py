@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -247,7 +248,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[SoakConfig, Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     config, out = parse_args(argv)
     impl = load_implementation(config.impl)  # fail early on a bad spec
-    command = " ".join(["python benchmarks/soak.py", *(sys.argv[1:] if argv is None else argv)])
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = shlex.join(["python", "benchmarks/soak.py", *args])
     if "--seed" not in command:
         command += f" --seed {config.seed}"
     start_load = _loadavg()
