@@ -131,8 +131,6 @@ class CpuTpBroadcaster:
     def __init__(self, config: BroadcasterConfig | None = None) -> None:
         self._default_config = config if config is not None else BroadcasterConfig()
         self._new_locks()
-        self._busy: str | None = None
-        self._busy_thread: int | None = None
         self._generation = 0
         self._links = Links()
         self._route: _Route | None = None
@@ -154,41 +152,52 @@ class CpuTpBroadcaster:
     # -- guards -------------------------------------------------------------
 
     def _new_locks(self) -> None:
-        # ``_busy`` (which call runs, in which thread) is read and written only
-        # under ``_state``, so a caller always sees who is busy -- never a call
-        # that holds the instance but has not named itself yet, or has just
-        # unnamed itself (that window made reset() from another thread fail
-        # with "while None() is running").  ``_state`` is held for a few
-        # bytecodes only, never across I/O; it is re-entrant so a signal handler
-        # that calls in while this thread holds it does not deadlock.
+        # Which call holds the instance, and in which thread: ``{0: (name, ident)}``.
+        # Claimed with ONE ``dict.setdefault`` and released with one ``pop``: each is
+        # atomic under the GIL, also against a signal handler (handlers run between
+        # bytecodes), so a caller always sees who is busy -- never a call that holds
+        # the instance but has not named itself yet, or has just unnamed itself (that
+        # window made reset() from another thread fail with "while None() is
+        # running") -- and a broadcast takes no lock at all.  ``_state`` orders
+        # reset() against the calls it waits for (``_idle``); it is re-entrant so a
+        # signal handler that calls in while this thread holds it does not deadlock.
+        self._claim: dict[int, tuple[str, int]] = {}
         self._state = threading.RLock()
         self._idle = threading.Condition(self._state)
         # reset() calls waiting on _idle; a call that leaves notifies only when > 0.
         self._resets_waiting = 0
 
-    def _enter(self, what: str) -> None:
-        """Claim the instance for ``what``; call with ``_state`` held."""
-        self._busy = what
-        self._busy_thread = threading.get_ident()
+    @property
+    def _busy(self) -> str | None:
+        """The call that holds the instance (None: idle)."""
+        held = self._claim.get(0)
+        return None if held is None else held[0]
+
+    def _take(self, what: str) -> tuple[str, int] | None:
+        """Claim the instance for ``what`` in this thread; None, or the holder's claim."""
+        mine = (what, _get_ident())
+        held = self._claim.setdefault(0, mine)
+        return None if held is mine else held
 
     def _leave(self) -> None:
-        with self._state:
-            self._busy = None
-            self._busy_thread = None
-            if self._resets_waiting:
+        self._claim.pop(0, None)
+        if self._resets_waiting:
+            with self._state:
                 self._idle.notify_all()
+
+    def _refuse(self, what: str, busy: str) -> BroadcastError:
+        return BroadcastError(
+            f"{what}() called while {busy}() is running (another thread or a "
+            "signal handler); a broadcaster is not re-entrant",
+            rank=self._rank,
+            phase=what,
+        )
 
     @contextmanager
     def _guard(self, what: str) -> Iterator[None]:
-        with self._state:
-            if self._busy is not None:
-                raise BroadcastError(
-                    f"{what}() called while {self._busy}() is running (another thread or a "
-                    "signal handler); a broadcaster is not re-entrant",
-                    rank=self._rank,
-                    phase=what,
-                )
-            self._enter(what)
+        held = self._take(what)
+        if held is not None:
+            raise self._refuse(what, held[0])
         try:
             yield
         finally:
@@ -279,18 +288,11 @@ class CpuTpBroadcaster:
         :raises PeerClosedError: the other side closed (EOF/EPIPE/ECONNRESET).
         :raises BroadcastTimeoutError: ``io_timeout`` passed.
         """
-        # The guard of _guard("broadcast"), inline: a generator-based context manager
-        # costs more than the rest of a small broadcast.
-        with self._state:
-            if self._busy is not None:
-                raise BroadcastError(
-                    f"broadcast() called while {self._busy}() is running (another thread "
-                    "or a signal handler); a broadcaster is not re-entrant",
-                    rank=self._rank,
-                    phase="broadcast",
-                )
-            self._busy = "broadcast"
-            self._busy_thread = _get_ident()
+        # _guard("broadcast") inline: a generator-based context manager costs more
+        # than the rest of a small broadcast.
+        held = self._take("broadcast")
+        if held is not None:
+            raise self._refuse("broadcast", held[0])
         try:
             if not self._initialized:
                 raise NotInitializedError(
@@ -336,11 +338,7 @@ class CpuTpBroadcaster:
                 raise
             self._broadcasts += 1
         finally:
-            with self._state:
-                self._busy = None
-                self._busy_thread = None
-                if self._resets_waiting:
-                    self._idle.notify_all()
+            self._leave()
 
     def _broadcast_prepared(self, buffers: object, is_root: bool) -> None:
         """Anything else: flattened (and refused with a reason) by ``prepare_buffers``."""
@@ -378,22 +376,24 @@ class CpuTpBroadcaster:
             from the broadcasting thread (a signal handler), or the broadcast
             did not stop within ``_ABORT_WAIT`` seconds.
         """
+        ident = _get_ident()
         with self._state:
-            busy = self._busy
-            if busy is not None:
-                if busy != "broadcast" or self._busy_thread == threading.get_ident():
+            while (held := self._take("reset")) is not None:
+                busy, thread = held
+                if busy != "broadcast" or thread == ident:
                     raise BroadcastError(
                         f"reset() called while {busy}() is running (a signal handler, or "
                         "another thread during initialize); a broadcaster is not re-entrant",
                         rank=self._rank,
                         phase="reset",
                     )
-                # Under _state: the broadcast cannot leave (and no reset can
-                # close the pipe) while we write, so the fd is still ours.
+                # Under _state no other reset can close the pipe while we write, so the
+                # fd is still ours; a broadcast that slips in between our wait and our
+                # claim is aborted the same way on the next turn.
                 self._links.request_abort()
                 self._resets_waiting += 1
                 try:
-                    left = self._idle.wait_for(lambda: self._busy is None, timeout=_ABORT_WAIT)
+                    left = self._idle.wait_for(lambda: 0 not in self._claim, timeout=_ABORT_WAIT)
                 finally:
                     self._resets_waiting -= 1
                 if not left:
@@ -403,7 +403,6 @@ class CpuTpBroadcaster:
                         rank=self._rank,
                         phase="reset",
                     )
-            self._enter("reset")
         try:
             self._route = None
             self._links.close(unlink=True)
@@ -480,8 +479,6 @@ class CpuTpBroadcaster:
     def _forget_after_fork(self) -> None:
         """In a forked child: drop inherited connections, unlink nothing."""
         self._new_locks()
-        self._busy = None
-        self._busy_thread = None
         self._route = None
         self._links.close(unlink=False)
         self._links = Links()

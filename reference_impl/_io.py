@@ -515,21 +515,21 @@ def _recv_rest(
                     total=whole,
                     deadline=deadline,
                 )
-            else:
-                # EAGAIN: wait for data (after progress we try again at once: the writer
-                # fills concurrently).
-                if poller is None:
-                    poller = _poller(sock, _POLL_IN, abort_fd)
-                _wait_ready(
-                    poller,
-                    deadline,
-                    abort_fd,
-                    site,
-                    verb="read from",
-                    done=offset + got,
-                    total=whole,
-                    idle="no data from peer",
-                )
+            # Poll before every read, progress or not: a short read drained the socket,
+            # and a read that finds nothing raises BlockingIOError, dearer than a poll
+            # that returns at once when the writer has filled the socket meanwhile.
+            if poller is None:
+                poller = _poller(sock, _POLL_IN, abort_fd)
+            _wait_ready(
+                poller,
+                deadline,
+                abort_fd,
+                site,
+                verb="read from",
+                done=offset + got,
+                total=whole,
+                idle="no data from peer",
+            )
             try:
                 n = sock.recv_into(view[got:], size - got)
             except (BlockingIOError, InterruptedError):
