@@ -29,8 +29,9 @@ from . import env as env
 from . import rogue as rogue
 from . import runtime as runtime
 from . import wire as wire
-from ._adapter import CapabilityMissing, Implementation, load_implementation
+from ._adapter import load_implementation
 from ._context import RankContext, SyncError, SyncTimeoutError
+from ._contract import CapabilityMissing, Implementation
 from ._faults import Delay, Exit, FaultAction, FaultPlan, Kill, Pause, Raise, Segfault, SignalStorm
 from ._forksafety import ForkSafetyError
 from ._outcome import FaultRecord, GroupResult, RankGroupFailure, RankOutcome, Status

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any, Final
 
-from ._adapter import (
+from ._contract import (
     Capability,
     Implementation,
     ImplementationLoadError,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ._adapter import AdapterError
+from ._contract import AdapterError
 from ._exec_protocol import ErrorRecord
 
 __all__ = [

@@ -21,19 +21,17 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ._outcome import signal_name
 from ._proc import PR_SET_PDEATHSIG_KILL, save_coverage, set_pdeathsig
-
-if TYPE_CHECKING:
-    from ._context import RankContext
 
 __all__ = [
     "Delay",
     "Exit",
     "FaultAction",
     "FaultPlan",
+    "FaultRecorder",
     "Kill",
     "Pause",
     "PlannedFault",
@@ -41,6 +39,17 @@ __all__ = [
     "Segfault",
     "SignalStorm",
 ]
+
+
+class FaultRecorder(Protocol):
+    """What an action needs of the rank it fires in: a way to record what it did.
+
+    ``RankContext`` is one; naming only this keeps the faults independent of the context
+    that fires them (the context imports this module, not the other way round).
+    """
+
+    def record(self, kind: str, **details: object) -> None:
+        """Add a fault record for the rank (``point=`` may be given)."""
 
 
 class FaultAction(abc.ABC):
@@ -51,7 +60,7 @@ class FaultAction(abc.ABC):
         """Short text for reports and fault records, e.g. ``Kill(SIGKILL)``."""
 
     @abc.abstractmethod
-    def fire(self, ctx: RankContext, point: str) -> None:
+    def fire(self, ctx: FaultRecorder, point: str) -> None:
         """Act. Called after the fault record was written."""
 
 
@@ -70,7 +79,7 @@ class Kill(FaultAction):
     def describe(self) -> str:
         return f"Kill({signal_name(self.signal)})"
 
-    def fire(self, ctx: RankContext, point: str) -> None:
+    def fire(self, ctx: FaultRecorder, point: str) -> None:
         _flush_std()
         os.kill(os.getpid(), self.signal)
 
@@ -84,7 +93,7 @@ class Exit(FaultAction):
     def describe(self) -> str:
         return f"Exit({self.code})"
 
-    def fire(self, ctx: RankContext, point: str) -> None:
+    def fire(self, ctx: FaultRecorder, point: str) -> None:
         _flush_std()
         save_coverage()
         os._exit(self.code)
@@ -97,7 +106,7 @@ class Segfault(FaultAction):
     def describe(self) -> str:
         return "Segfault()"
 
-    def fire(self, ctx: RankContext, point: str) -> None:
+    def fire(self, ctx: FaultRecorder, point: str) -> None:
         import ctypes
 
         _flush_std()
@@ -122,7 +131,7 @@ class Pause(FaultAction):
     def describe(self) -> str:
         return f"Pause({self.seconds:g}s)"
 
-    def fire(self, ctx: RankContext, point: str) -> None:
+    def fire(self, ctx: FaultRecorder, point: str) -> None:
         _flush_std()
         me = os.getpid()
         helper = os.fork()
@@ -184,7 +193,7 @@ class Delay(FaultAction):
     def describe(self) -> str:
         return f"Delay({self.seconds:g}s)"
 
-    def fire(self, ctx: RankContext, point: str) -> None:
+    def fire(self, ctx: FaultRecorder, point: str) -> None:
         time.sleep(self.seconds)
 
 
@@ -208,7 +217,7 @@ class SignalStorm(FaultAction):
             f"interval={self.interval:g}s)"
         )
 
-    def fire(self, ctx: RankContext, point: str) -> None:
+    def fire(self, ctx: FaultRecorder, point: str) -> None:
         handled = [0]
 
         def handler(signum: int, frame: object) -> None:
@@ -250,7 +259,7 @@ class Raise(FaultAction):
             return f"Raise({type(exc).__name__}({str(exc)!r}))"
         return f"Raise({exc.__name__})"
 
-    def fire(self, ctx: RankContext, point: str) -> None:
+    def fire(self, ctx: FaultRecorder, point: str) -> None:
         raise self.exc
 
 

@@ -9,7 +9,8 @@ and the errors a load or an ``exec:`` driver can raise (DESIGN.md, "Adapter cont
 
 from __future__ import annotations
 
-from ._adapter import (
+from ._adapter import load_implementation
+from ._contract import (
     DEFAULT_IMPLEMENTATION,
     REQUIRED_MEMBERS,
     AdapterError,
@@ -19,7 +20,6 @@ from ._adapter import (
     Implementation,
     ImplementationLoadError,
     UnknownCapabilityError,
-    load_implementation,
     parse_capabilities,
 )
 from ._exec_errors import ExecBroadcastError, ExecDriverError

@@ -17,7 +17,6 @@ from ._broadcaster import CpuTpBroadcaster as CpuTpBroadcaster
 from ._broadcaster import instance as instance
 from ._config import BroadcasterConfig as BroadcasterConfig
 from ._dispatch import CpuBroadcastDispatcher as CpuBroadcastDispatcher
-from ._dispatch import DispatchPath as DispatchPath
 from ._dispatch import ParallelMode as ParallelMode
 from ._dispatch import UnsupportedDeviceError as UnsupportedDeviceError
 from ._dispatch import UnsupportedModeError as UnsupportedModeError
@@ -27,6 +26,7 @@ from ._dispatch_adapter import make_dispatch_adapter as make_dispatch_adapter
 from ._dispatch_bootstrap import BootstrapConsensusError as BootstrapConsensusError
 from ._dispatch_bootstrap import BootstrapDecision as BootstrapDecision
 from ._dispatch_bootstrap import BootstrapFallbackWarning as BootstrapFallbackWarning
+from ._dispatch_bootstrap import DispatchPath as DispatchPath
 from ._dispatch_bootstrap import bootstrap as bootstrap
 from ._dispatch_bootstrap import is_uds_eligible as is_uds_eligible
 from ._engines import CollectiveEngine as CollectiveEngine

@@ -31,14 +31,12 @@ import enum
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ._buffers import prepare_buffers
+from ._dispatch_bootstrap import BootstrapDecision, DispatchPath, bootstrap
 from ._engines import CollectiveEngine, EngineRecorder
 from ._errors import ConfigurationError, NotInitializedError
-
-if TYPE_CHECKING:
-    from ._dispatch_bootstrap import BootstrapDecision
 
 __all__ = [
     "CpuBroadcastDispatcher",
@@ -63,14 +61,6 @@ class ParallelMode(enum.Enum):
     DP_AND_TP = "dp_and_tp"
     FFN_TP = "ffn_tp"
     EP = "ep"
-
-
-class DispatchPath(enum.StrEnum):
-    """Which path a ``broadcast_cpu`` call (or a bootstrap decision) took."""
-
-    UDS = "uds"
-    COLLECTIVE = "collective"
-    SKIPPED = "skipped"  # nothing to send: no path ran at all
 
 
 class UnsupportedRootError(ConfigurationError):
@@ -156,6 +146,34 @@ class CpuBroadcastDispatcher:
     @property
     def broadcaster(self) -> UdsBroadcaster:
         return self._broadcaster
+
+    def bootstrap(
+        self,
+        *,
+        tp_rank: int,
+        tp_size: int,
+        local_world_size: int,
+        base_path: str,
+        config: Any = None,
+    ) -> BootstrapDecision:
+        """Bring this dispatcher's broadcaster up on every TP rank, or agree on the fallback.
+
+        Runs the bootstrap policy (:func:`._dispatch_bootstrap.bootstrap`) on this
+        dispatcher's broadcaster, process group and engine timeout, and keeps the
+        decision as :attr:`last_bootstrap`.  Call on every rank of the TP group.
+        """
+        decision = bootstrap(
+            self._broadcaster,
+            group=self._group,
+            group_timeout=getattr(self._raw_engine, "timeout", None),
+            tp_rank=tp_rank,
+            tp_size=tp_size,
+            local_world_size=local_world_size,
+            base_path=base_path,
+            config=config,
+        )
+        self.last_bootstrap = decision
+        return decision
 
     @property
     def engine(self) -> CollectiveEngine:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ._config import BroadcasterConfig
 from ._dispatch import CpuBroadcastDispatcher, DispatchPath, ParallelMode, UdsBroadcaster
-from ._dispatch_bootstrap import BootstrapDecision, bootstrap, derive_ranks
+from ._dispatch_bootstrap import BootstrapDecision, derive_ranks
 from ._engines import CollectiveEngine, EngineRecorder
 from ._errors import NotInitializedError
 
@@ -122,8 +122,7 @@ class DispatchAdapter:
             owns_engine=False,
         )
         try:
-            decision = bootstrap(
-                self._dispatcher,
+            decision = self._dispatcher.bootstrap(
                 tp_rank=ranks[0],
                 tp_size=self.world_size,
                 local_world_size=local_world_size,

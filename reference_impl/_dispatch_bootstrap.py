@@ -10,14 +10,14 @@ init instead (reference §5).
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from ._dispatch import CpuBroadcastDispatcher, DispatchPath
 from ._engines import CollectiveError, all_gather_status
 from ._errors import ConfigurationError
 
@@ -25,6 +25,7 @@ __all__ = [
     "BootstrapConsensusError",
     "BootstrapDecision",
     "BootstrapFallbackWarning",
+    "DispatchPath",
     "bootstrap",
     "derive_ranks",
     "is_uds_eligible",
@@ -36,6 +37,26 @@ _log = logging.getLogger("tpbcast.reference_impl.dispatch")
 STATUS_OK: Final = 0
 STATUS_INELIGIBLE: Final = 1
 STATUS_FAILED: Final = 2
+
+
+class DispatchPath(enum.StrEnum):
+    """Which path a ``broadcast_cpu`` call (or a bootstrap decision) took."""
+
+    UDS = "uds"
+    COLLECTIVE = "collective"
+    SKIPPED = "skipped"  # nothing to send: no path ran at all
+
+
+class _Broadcaster(Protocol):
+    """What the policy needs of a broadcaster: bring it up, ask, take it down."""
+
+    def initialize(
+        self, rank: int, world_size: int, base_path: str, *, config: Any = None
+    ) -> None: ...
+
+    def is_initialized(self) -> bool: ...
+
+    def reset(self) -> None: ...
 
 
 class BootstrapConsensusError(CollectiveError):
@@ -173,7 +194,9 @@ def _check_group(tp_rank: int, tp_size: int, group: Any) -> None:
         )
 
 
-def _check_deadline_budget(target: Any, config: Any, tp_rank: int) -> None:
+def _check_deadline_budget(
+    group_timeout: float | None, config: Any, broadcaster: Any, tp_rank: int
+) -> None:
     """Refuse a group timeout shorter than the broadcaster's bootstrap deadlines.
 
     A rank whose initialize fails at once waits in the consensus collective while
@@ -182,10 +205,8 @@ def _check_deadline_budget(target: Any, config: Any, tp_rank: int) -> None:
     split into raisers and waiters.  The check is pure arithmetic on values every
     rank shares, so every rank raises or none does.
     """
-    engine = getattr(target, "engine", None)
-    group_timeout = getattr(engine, "timeout", None)
     if config is None:
-        config = getattr(getattr(target, "broadcaster", target), "config", None)
+        config = getattr(broadcaster, "config", None)
     connect = getattr(config, "connect_timeout", None)
     init = getattr(config, "init_timeout", None)
     if not isinstance(group_timeout, int | float) or connect is None or init is None:
@@ -227,20 +248,22 @@ def _warn_fallback(message: str) -> None:
 
 
 def bootstrap(
-    target: Any,
+    broadcaster: _Broadcaster,
     *,
     tp_rank: int,
     tp_size: int,
     local_world_size: int,
     base_path: str,
     group: Any = None,
+    group_timeout: float | None = None,
     config: Any = None,
 ) -> BootstrapDecision:
-    """Set up the UDS broadcaster on every TP rank, or agree that all fall back.
+    """Set up ``broadcaster`` on every TP rank, or agree that all fall back.
 
-    Call on every rank of the TP group, after the process group exists.
-    ``target`` is a :class:`CpuBroadcastDispatcher` (the decision is also kept
-    as its ``last_bootstrap``) or a bare broadcaster.  Steps:
+    Call on every rank of the TP group, after the process group exists (``group``:
+    ``None`` is the default group; ``group_timeout``: its per-collective deadline, which
+    must exceed the broadcaster's bootstrap budget).  A dispatcher calls this from
+    ``CpuBroadcastDispatcher.bootstrap``, which also keeps the decision.  Steps:
 
     1. argument and layout checks (the group must say ``tp_rank`` of ``tp_size``);
     2. layout consensus: each rank reports whether ``1 < tp_size <=
@@ -255,11 +278,8 @@ def bootstrap(
     fails (the broadcaster is reset first, so no rank is left on UDS).
     """
     started = time.monotonic()
-    broadcaster = getattr(target, "broadcaster", target)
-    if group is None:
-        group = getattr(target, "group", None)
     _check_layout(tp_rank, tp_size, local_world_size)
-    _check_deadline_budget(target, config, tp_rank)
+    _check_deadline_budget(group_timeout, config, broadcaster, tp_rank)
     _check_group(tp_rank, tp_size, group)
 
     def decide(**fields: Any) -> BootstrapDecision:
@@ -269,16 +289,13 @@ def bootstrap(
             # only holds if a broadcaster left up from before goes down (on
             # every rank: they all reach the same decision)
             broadcaster.reset()
-        decision = BootstrapDecision(
+        return BootstrapDecision(
             tp_rank=tp_rank,
             tp_size=tp_size,
             local_world_size=local_world_size,
             elapsed=time.monotonic() - started,
             **fields,
         )
-        if isinstance(target, CpuBroadcastDispatcher):
-            target.last_bootstrap = decision
-        return decision
 
     eligible = is_uds_eligible(tp_size, local_world_size)
     if tp_size == 1:

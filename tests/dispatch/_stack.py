@@ -18,7 +18,6 @@ from tpbcast.reference_impl import (
     CpuTpBroadcaster,
     EngineRecorder,
     TorchDistributedEngine,
-    bootstrap,
 )
 
 #: ``run_ranks`` keywords of every dispatch group: one 60 s deadline, and once a rank
@@ -63,8 +62,7 @@ def boot(
     ``local_world_size`` defaults to the world size (intra-node: UDS eligible),
     ``base_path`` to the rank context's.
     """
-    return bootstrap(
-        stack.dispatcher,
+    return stack.dispatcher.bootstrap(
         tp_rank=ctx.rank,
         tp_size=ctx.world_size,
         local_world_size=ctx.world_size if local_world_size is None else local_world_size,

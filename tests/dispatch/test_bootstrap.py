@@ -345,8 +345,7 @@ def test_a_collective_decision_takes_down_a_broadcaster_left_up():
 def _mismatch_rank(ctx: RankContext) -> str:
     stack = _stack.make_stack(ctx)
     try:
-        bootstrap(
-            stack.dispatcher,
+        stack.dispatcher.bootstrap(
             tp_rank=(ctx.rank + 1) % ctx.world_size,
             tp_size=ctx.world_size,
             local_world_size=ctx.world_size,
@@ -393,8 +392,7 @@ class _IdleBroadcaster:
 def test_group_timeout_must_cover_the_bootstrap_budget():
     dispatcher = CpuBroadcastDispatcher(_IdleBroadcaster(), _stack.UnusedEngine(timeout=5.0))
     with pytest.raises(ConfigurationError, match=r"timeout 5 s must exceed .* = 6 s"):
-        bootstrap(
-            dispatcher,
+        dispatcher.bootstrap(
             tp_rank=0,
             tp_size=2,
             local_world_size=2,

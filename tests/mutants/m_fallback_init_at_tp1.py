@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpbcast.reference_impl import _dispatch_adapter
-from tpbcast.reference_impl._dispatch import DispatchPath
-from tpbcast.reference_impl._dispatch_bootstrap import BootstrapDecision
+from tpbcast.reference_impl._dispatch import CpuBroadcastDispatcher
+from tpbcast.reference_impl._dispatch_bootstrap import BootstrapDecision, DispatchPath
 
 from ._base import Delegating
 
@@ -18,15 +17,15 @@ DEFECT = "the bootstrap initializes the broadcaster at TP=1"
 KILLS = ("FALLBACK-8",)
 FAST = True
 
-_bootstrap = _dispatch_adapter.bootstrap
+_bootstrap = CpuBroadcastDispatcher.bootstrap
 
 
-def bootstrap(target: Any, **kwargs: Any) -> BootstrapDecision:
+def bootstrap(self: CpuBroadcastDispatcher, **kwargs: Any) -> BootstrapDecision:
     if kwargs["tp_size"] != 1:
-        return _bootstrap(target, **kwargs)
+        return _bootstrap(self, **kwargs)
     # the defect: eligible as soon as tp_size <= local_world_size, 1 included
-    target.broadcaster.initialize(0, 1, kwargs["base_path"], config=kwargs.get("config"))
-    return BootstrapDecision(
+    self.broadcaster.initialize(0, 1, kwargs["base_path"], config=kwargs.get("config"))
+    decision = BootstrapDecision(
         path=DispatchPath.UDS,
         tp_rank=0,
         tp_size=1,
@@ -35,9 +34,11 @@ def bootstrap(target: Any, **kwargs: Any) -> BootstrapDecision:
         attempted=True,
         reason="tp_size 1 <= local_world_size",
     )
+    self.last_bootstrap = decision
+    return decision
 
 
-_dispatch_adapter.bootstrap = bootstrap
+CpuBroadcastDispatcher.bootstrap = bootstrap  # type: ignore[method-assign]
 
 
 class InitAtTp1(Delegating):
