@@ -74,9 +74,11 @@ class Deadline:
 
     def poll_ms(self) -> int | None:
         """The timeout argument for ``poll``: None waits forever; rounds up."""
-        if self._end == math.inf:
+        end = self._end
+        if end == math.inf:
             return None
-        return math.ceil(self.remaining() * 1000)
+        left = end - _monotonic()
+        return math.ceil(left * 1000) if left > 0 else 0
 
     def expired(self) -> bool:
         return time.monotonic() >= self._end
@@ -448,16 +450,21 @@ def recv_exact(
     if wait_first:
         if poller is None:
             poller = _poller(sock, _POLL_IN, abort_fd)
-        _wait_ready(
-            poller,
-            deadline,
-            abort_fd,
-            site,
-            verb="read from",
-            done=offset,
-            total=offset + size if total is None else total,
-            idle="no data from peer",
-        )
+        # The usual wake-up (the socket alone, readable) is judged here; anything else
+        # -- timeout, abort, POLLNVAL -- goes through _wait_ready, which polls again
+        # (at once: what it reports is still pending) and raises what it means.
+        ready = poller.poll(deadline.poll_ms())
+        if len(ready) != 1 or ready[0][0] == abort_fd or ready[0][1] & _POLL_BAD:
+            _wait_ready(
+                poller,
+                deadline,
+                abort_fd,
+                site,
+                verb="read from",
+                done=offset,
+                total=offset + size if total is None else total,
+                idle="no data from peer",
+            )
     try:
         got = sock.recv_into(view)
     except (BlockingIOError, InterruptedError):
