@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tpbcast.harness import WORKDIR_ROOT_ENV, make_private_dir, release_workdirs
+from tpbcast.harness.runtime import WORKDIR_ROOT_ENV, make_private_dir, release_workdirs
 
 _ROOT_KEY = pytest.StashKey[str]()
 _SNAP_KEY = pytest.StashKey[set[tuple[int, int]]]()

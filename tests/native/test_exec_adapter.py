@@ -18,18 +18,14 @@ from pathlib import Path
 import pytest
 
 from tpbcast.conformance.adapters.exec import driver_path
-from tpbcast.harness import (
-    ImplementationLoadError,
-    UnknownCapabilityError,
-    load_implementation,
-    run_ranks,
-)
+from tpbcast.harness import load_implementation, run_ranks
 from tpbcast.harness._exec_errors import (
     ExecConfigurationError,
     ExecDriverError,
     ExecNotInitializedError,
     ExecTimeoutError,
 )
+from tpbcast.harness.adapter import ImplementationLoadError, UnknownCapabilityError
 
 FAKE = Path(__file__).with_name("_fake_driver.py")
 

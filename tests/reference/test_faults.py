@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from tpbcast.harness import RankContext, Status, root_dies_mid_broadcast, run_ranks, wire
+from tpbcast.harness import RankContext, Status, run_ranks, wire
+from tpbcast.harness.rogue import ROOT_BEHAVIOURS
 from tpbcast.reference_impl import (
     BroadcastTimeoutError,
     BrokenBroadcasterError,
@@ -433,7 +434,7 @@ def test_root_dying_mid_broadcast(base_path: str) -> None:
     cut = MiB + 4096
 
     def root(ctx: RankContext) -> None:
-        report = root_dies_mid_broadcast(base_path, 3, bytes(9 * MiB), cut)
+        report = ROOT_BEHAVIOURS["dies_mid_broadcast"](base_path, 3, bytes(9 * MiB), cut)
         kinds = [a.kind for a in report.actions]
         sent = sum(a.nbytes for a in report.actions if a.note.startswith("payload"))
         assert "die" in kinds and sent == cut, report.actions
