@@ -10,11 +10,14 @@ text.  All run in the pytest process: no fork, milliseconds each.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import math
 import os
+import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -22,7 +25,9 @@ import pytest
 from tpbcast.harness import wire
 from tpbcast.reference_impl import (
     BroadcasterConfig,
+    BroadcastError,
     BroadcastTimeoutError,
+    BrokenBroadcasterError,
     ConfigurationError,
     CpuTpBroadcaster,
     PeerClosedError,
@@ -30,6 +35,7 @@ from tpbcast.reference_impl import (
     make_base_path,
 )
 from tpbcast.reference_impl import _broadcaster as broadcaster_module
+from tpbcast.reference_impl._errors import errno_name
 from tpbcast.reference_impl._paths import prepare_socket_path
 
 # A base path whose socket path (<base>_0.sock) is 108 bytes: one over sun_path.
@@ -262,3 +268,167 @@ def test_the_first_instance_call_creates_the_broadcaster() -> None:
         assert broadcaster_module.instance() is first
     finally:
         broadcaster_module._Singleton.value = saved
+
+
+# -- errors ----------------------------------------------------------------------------
+
+
+def test_errno_names() -> None:
+    assert errno_name(errno.EPIPE) == "EPIPE"
+    assert errno_name(None) is None
+    assert errno_name(99999) == "errno 99999"  # unknown to this libc: still shown
+
+
+def test_an_object_array_is_refused_with_the_reason(base_path: str) -> None:
+    numpy = pytest.importorskip("numpy")
+    bcast = CpuTpBroadcaster()
+    bcast.initialize(0, 1, base_path)
+    try:
+        with pytest.raises(ConfigurationError) as info:
+            bcast.broadcast(numpy.array([object()], dtype=object))
+    finally:
+        bcast.reset()
+    assert str(info.value) == (
+        "buffer 0 is a numpy array of dtype object; it holds Python object pointers, which "
+        "mean nothing in another process"
+    )
+
+
+# -- a peer's bootstrap against rank 0 stand-ins ----------------------------------------
+
+
+def test_a_peer_that_finds_no_rank_0_says_what_it_tried(base_path: str) -> None:
+    config = BroadcasterConfig(connect_timeout=0.2, connect_retry_interval=0.01)
+    with pytest.raises(BroadcastTimeoutError) as info:
+        CpuTpBroadcaster(config).initialize(1, 2, base_path)
+    err = info.value
+    assert (err.rank, err.peer, err.phase, err.errno_name) == (1, 0, "connect", "ENOENT")
+    assert str(err).startswith("rank 1: connect to rank 0 failed in phase 'connect' after ")
+    assert err.path == base_path + "_0.sock"
+
+
+def test_a_peer_refuses_a_listener_of_a_foreign_uid(base_path: str) -> None:
+    """Only the uids the config allows may listen on rank 0's socket (here: not ours)."""
+    other = os.geteuid() + 4242
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(base_path + "_0.sock")
+    listener.listen(1)  # the connection completes in the backlog: no accept needed
+    config = BroadcasterConfig(require_same_uid=False, allowed_uids=(other,), init_timeout=2.0)
+    try:
+        with pytest.raises(SecurityError) as info:
+            CpuTpBroadcaster(config).initialize(1, 2, base_path)
+    finally:
+        listener.close()
+    err = info.value
+    assert (err.rank, err.peer, err.phase, err.action) == (1, 0, "connect", "connect to rank 0")
+    assert (
+        f"the process listening on rank 0's socket (pid {os.getpid()} uid {os.geteuid()}) "
+        f"is not an allowed uid ({other}); refusing to join"
+    ) in str(err)
+
+
+# -- a group of two in this process (rank 0 initializes in a thread) --------------------
+
+
+@contextlib.contextmanager
+def _pair(base: str, io_timeout: float) -> Iterator[tuple[CpuTpBroadcaster, CpuTpBroadcaster]]:
+    config = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0, io_timeout=io_timeout)
+    root, peer = CpuTpBroadcaster(config), CpuTpBroadcaster(config)
+    failed: list[BaseException] = []
+
+    def init_root() -> None:
+        try:
+            root.initialize(0, 2, base)
+        except BaseException as exc:  # reported below, in the test's thread
+            failed.append(exc)
+
+    thread = _in_thread(init_root)
+    try:
+        peer.initialize(1, 2, base)
+        thread.join(15.0)
+        assert not failed and root.is_initialized(), failed
+        yield root, peer
+    finally:
+        peer.reset()
+        thread.join(15.0)
+        root.reset()
+
+
+def _when_broadcasting(bcast: CpuTpBroadcaster, timeout: float = 10.0) -> None:
+    """Wait until ``bcast`` is inside ``broadcast`` (white-box, as test_state.py does)."""
+    deadline = time.monotonic() + timeout
+    while bcast._busy != "broadcast":
+        assert time.monotonic() < deadline, "the broadcast never started"
+        time.sleep(0.001)  # polling with a deadline: the other thread is entering the call
+
+
+def test_a_multi_buffer_receive_deadline_counts_the_whole_transfer(base_path: str) -> None:
+    with (
+        _pair(base_path, io_timeout=0.3) as (_root, peer),  # rank 0 never sends
+        pytest.raises(BroadcastTimeoutError) as info,
+    ):
+        peer.broadcast([bytearray(3), bytearray(5)])
+    err = info.value
+    assert (err.rank, err.peer, err.phase, err.errno_name) == (1, 0, "broadcast", "ETIMEDOUT")
+    assert (err.bytes_done, err.bytes_total) == (0, 8)
+
+
+@pytest.mark.parametrize("side", ["root", "peer"])
+def test_reset_from_another_thread_stops_a_multi_buffer_transfer(base_path: str, side: str) -> None:
+    """The list-of-buffers path honours the abort pipe too (reset returns promptly)."""
+    with _pair(base_path, io_timeout=30.0) as (root, peer):
+        me = root if side == "root" else peer
+        # rank 0 writes more than the socket holds to a peer that never reads; the peer
+        # waits for bytes rank 0 never sends
+        buffers = [bytearray(4 << 20), bytearray(4 << 20)]
+        caught: list[BaseException] = []
+
+        def transfer() -> None:
+            try:
+                me.broadcast(buffers)
+            except BaseException as exc:
+                caught.append(exc)
+
+        thread = _in_thread(transfer)
+        _when_broadcasting(me)
+        started = time.monotonic()
+        me.reset()
+        took = time.monotonic() - started
+        thread.join(15.0)
+    assert not thread.is_alive() and took < 5.0
+    (err,) = caught
+    assert type(err) is BroadcastError and err.errno_name == "ECANCELED"
+
+
+def test_a_long_failure_reason_is_kept_to_300_characters(base_path: str) -> None:
+    """The broken state quotes the failure, cut at 300 characters (+ "...")."""
+
+    class _LongStopError(Exception):
+        pass
+
+    def stop(signum: int, frame: object) -> None:
+        raise _LongStopError("x" * 400)
+
+    main = threading.get_ident()
+    bcast = CpuTpBroadcaster(BroadcasterConfig(init_timeout=10.0, io_timeout=30.0))
+
+    def reader() -> None:  # a wire-v1 peer that reads one payload byte, then stops rank 0
+        sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(10.0))
+        with sock:
+            wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(10.0))
+            wire.recv_exact(sock, 2, wire.Deadline.after(10.0))  # probe + first byte
+            signal.pthread_kill(main, signal.SIGUSR1)
+
+    old = signal.signal(signal.SIGUSR1, stop)
+    try:
+        thread = _in_thread(reader)
+        bcast.initialize(0, 2, base_path)
+        with pytest.raises(_LongStopError):
+            bcast.broadcast(bytearray(16 << 20))  # blocks: the reader stops reading
+        with pytest.raises(BrokenBroadcasterError) as info:
+            bcast.broadcast(bytearray(1))
+        thread.join(10.0)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+        bcast.reset()
+    assert f"({'x' * 300}...)" in str(info.value)
