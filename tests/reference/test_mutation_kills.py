@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import importlib.util
 import math
 import os
 import signal
@@ -22,7 +23,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tpbcast.harness import wire
+from tpbcast.harness import RankContext, run_ranks, wire
 from tpbcast.reference_impl import (
     BroadcasterConfig,
     BroadcastError,
@@ -432,3 +433,31 @@ def test_a_long_failure_reason_is_kept_to_300_characters(base_path: str) -> None
         signal.signal(signal.SIGUSR1, old)
         bcast.reset()
     assert f"({'x' * 300}...)" in str(info.value)
+
+
+# -- torch tensors (in forked ranks only: never torch in the pytest process) --------------
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_one_byte_tensors_travel_and_sparse_ones_are_refused_with_the_reason(
+    base_path: str,
+) -> None:
+    def rank_main(ctx: RankContext) -> list[int]:
+        import torch
+
+        bcast = CpuTpBroadcaster(BroadcasterConfig(init_timeout=20.0, io_timeout=20.0))
+        bcast.initialize(ctx.rank, 2, base_path)
+        try:
+            one = torch.tensor([7 if ctx.rank == 0 else 0], dtype=torch.uint8)
+            bcast.broadcast([torch.empty(0), one])
+            with pytest.raises(ConfigurationError) as info:
+                bcast.broadcast(torch.zeros(2, 2).to_sparse())
+            assert str(info.value) == (
+                "buffer 0 is a torch tensor with layout torch.sparse_coo; only strided "
+                "(dense) tensors can be broadcast"
+            )
+            return one.tolist()
+        finally:
+            bcast.reset()
+
+    assert run_ranks(rank_main, 2, timeout=60.0).values() == [[7], [7]]
