@@ -169,10 +169,15 @@ def test_a_listener_bound_by_a_relative_name_with_dotdot_is_live(short_dir: str)
         with _cwd(sub):
             listener.bind("../g_0.sock")
         listener.listen(1)
-        with pytest.raises(SecurityError, match="another process is listening"):
+        with pytest.raises(SecurityError) as info:
             prepare_socket_path(os.path.join(short_dir, "g_0.sock"))
     finally:
         listener.close()
+    assert str(info.value).startswith(
+        "another process is listening on this socket path (a second group with the same "
+        "base path?); refusing to take it over. Give each group its own session id "
+        "(TPBCAST_SESSION_ID or make_base_path(session_id=...)). (EADDRINUSE) [path "
+    )
 
 
 def test_what_sits_at_the_socket_path_is_named(short_dir: str) -> None:
@@ -306,6 +311,22 @@ def test_a_peer_that_finds_no_rank_0_says_what_it_tried(base_path: str) -> None:
     assert (err.rank, err.peer, err.phase, err.errno_name) == (1, 0, "connect", "ENOENT")
     assert str(err).startswith("rank 1: connect to rank 0 failed in phase 'connect' after ")
     assert err.path == base_path + "_0.sock"
+
+
+def test_a_peer_fails_at_once_on_a_connect_error_that_waiting_cannot_fix(base_path: str) -> None:
+    """A datagram socket at the path: EPROTOTYPE is not retried (not ENOENT/ECONNREFUSED)."""
+    squatter = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    squatter.bind(base_path + "_0.sock")
+    try:
+        with pytest.raises(BroadcastError) as info:
+            CpuTpBroadcaster(BroadcasterConfig(connect_timeout=30.0)).initialize(1, 2, base_path)
+    finally:
+        squatter.close()
+    err = info.value
+    assert type(err) is BroadcastError
+    assert (err.rank, err.phase, err.errno_name) == (1, "connect", "EPROTOTYPE")
+    assert f"connect failed: {os.strerror(errno.EPROTOTYPE)}" in str(err)
+    assert err.elapsed is not None and err.elapsed < 10.0  # not the 30 s connect budget
 
 
 def test_a_peer_refuses_a_listener_of_a_foreign_uid(base_path: str) -> None:
