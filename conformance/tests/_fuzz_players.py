@@ -17,6 +17,7 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -39,6 +40,8 @@ GAP: Final = 0.002
 """Pause after a chunk marked slow (the fault: a rank that dribbles its bytes)."""
 SETUP: Final = 10.0
 """Bound of a player's own set-up (connect, accept, reading a handshake)."""
+RETRY: Final = 0.05
+"""One round of the fuzzed peer's connect retries, between two looks at ``give_up``."""
 
 Ending = Literal["close", "half_close", "stall", "proceed"]
 
@@ -108,11 +111,25 @@ class PeerSeen:
     error: str = ""
 
 
-def play_peer(base_path: str, script: PeerScript, observe: float) -> PeerSeen:
-    """Run ``script`` against rank 0 at ``base_path``; never raises for what rank 0 does."""
+def _connect_unless(address: str, deadline: Deadline, give_up: Callable[[], bool]) -> socket.socket:
+    """:func:`connect`, in short rounds, until ``give_up()`` (rank 0 already failed: no
+    listener will come) or ``deadline``; the last round's error is raised."""
+    while True:
+        try:
+            return connect(address, Deadline(min(deadline.at, Deadline.after(RETRY).at)))
+        except WireError:
+            if give_up() or deadline.expired():
+                raise
+
+
+def play_peer(
+    base_path: str, script: PeerScript, observe: float, give_up: Callable[[], bool]
+) -> PeerSeen:
+    """Run ``script`` against rank 0 at ``base_path``; never raises for what rank 0 does.
+    Stops trying to connect once ``give_up()`` says rank 0 will not listen any more."""
     deadline = Deadline.after(SETUP)
     try:
-        sock = connect(address_of(base_path), deadline, what="fuzz peer connect")
+        sock = _connect_unless(address_of(base_path), deadline, give_up)
     except WireError as exc:
         return PeerSeen(False, 0, "", error=f"connect: {exc}")
     with sock:
