@@ -331,7 +331,15 @@ class CpuTpBroadcaster:
                         self._bytes_sent += total
                 else:
                     sock, site, poller = route.links[0]
-                    recv_exact(sock, data, deadline, site, abort_fd=route.abort_fd, poller=poller)
+                    recv_exact(
+                        sock,
+                        data,
+                        deadline,
+                        site,
+                        abort_fd=route.abort_fd,
+                        poller=poller,
+                        wait_first=True,
+                    )
                     self._bytes_received += total
             except BaseException as exc:
                 self._break(exc)
