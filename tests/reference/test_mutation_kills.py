@@ -35,6 +35,7 @@ from tpbcast.reference_impl import (
     SecurityError,
     make_base_path,
 )
+from tpbcast.reference_impl import _bootstrap as bootstrap_module
 from tpbcast.reference_impl import _broadcaster as broadcaster_module
 from tpbcast.reference_impl._errors import errno_name
 from tpbcast.reference_impl._paths import prepare_socket_path
@@ -482,3 +483,64 @@ def test_one_byte_tensors_travel_and_sparse_ones_are_refused_with_the_reason(
             bcast.reset()
 
     assert run_ranks(rank_main, 2, timeout=60.0).values() == [[7], [7]]
+
+
+def test_writing_to_a_peer_that_left_names_the_errno(base_path: str) -> None:
+    with _pair(base_path, io_timeout=10.0) as (root, peer):
+        peer.reset()  # its end of the link closes
+        with pytest.raises(PeerClosedError) as info:
+            for _ in range(8):  # the first write may still fit the socket buffer
+                root.broadcast(bytearray(1 << 20))
+    err = info.value
+    assert err.errno_name in {"EPIPE", "ECONNRESET"}
+    assert (err.rank, err.peer, err.phase) == (0, 1, "broadcast")
+    assert ": peer closed the connection (E" in str(err)
+
+
+@pytest.mark.parametrize("payload", [1 << 20, None], ids=["one-buffer", "two-buffers"])
+def test_a_link_closed_under_the_broadcaster_is_not_taken_for_a_peer_closing(
+    base_path: str, payload: int | None
+) -> None:
+    """EBADF is this process's own fault: a BroadcastError naming it, not PeerClosedError."""
+    with _pair(base_path, io_timeout=10.0) as (root, _peer):
+        link = root._links.peers[1]  # white-box: close rank 0's socket behind its back
+        assert link is not None
+        link.close()
+        buffers = bytearray(payload) if payload else [bytearray(3), bytearray(5)]
+        with pytest.raises(BroadcastError) as info:
+            root.broadcast(buffers)
+    err = info.value
+    assert type(err) is BroadcastError
+    assert (err.rank, err.peer, err.errno_name) == (0, 1, "EBADF")
+    assert f": {os.strerror(errno.EBADF)} (EBADF) [path {base_path}_0.sock]" in str(err)
+
+
+def test_a_listener_that_drops_each_connection_is_retried_then_named(
+    base_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropped before the rank handshake (EPIPE): the peer connects again until its connect
+    deadline, then fails naming rank 0 as the peer and the handshake as the phase."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(base_path + "_0.sock")
+    listener.listen(4)
+    real = bootstrap_module._peer_credentials
+    attempts: list[int] = []
+
+    def credentials_then_drop(sock: socket.socket) -> tuple[int, int, int]:
+        creds = real(sock)
+        conn, _ = listener.accept()  # queued by the peer's connect: returns at once
+        conn.close()  # the fault: rank 0's side goes away before the handshake
+        attempts.append(1)
+        return creds
+
+    monkeypatch.setattr(bootstrap_module, "_peer_credentials", credentials_then_drop)
+    config = BroadcasterConfig(connect_timeout=0.3, connect_retry_interval=0.01)
+    try:
+        with pytest.raises(PeerClosedError) as info:
+            CpuTpBroadcaster(config).initialize(1, 2, base_path)
+    finally:
+        listener.close()
+    err = info.value
+    assert len(attempts) >= 2  # retried, not failed at the first drop
+    assert (err.rank, err.peer, err.phase) == (1, 0, "handshake")
+    assert err.errno_name in {"EPIPE", "ECONNRESET"} and err.bytes_done == 0
