@@ -31,6 +31,7 @@ from tpbcast.reference_impl import (
     BrokenBroadcasterError,
     ConfigurationError,
     CpuTpBroadcaster,
+    NotInitializedError,
     PeerClosedError,
     SecurityError,
     make_base_path,
@@ -301,6 +302,25 @@ def test_an_object_array_is_refused_with_the_reason(base_path: str) -> None:
     )
 
 
+def test_broadcast_refusals_name_the_rank_and_the_phase(base_path: str) -> None:
+    bcast = CpuTpBroadcaster()
+    with pytest.raises(NotInitializedError) as early:
+        bcast.broadcast(bytearray(1))
+    assert str(early.value) == (
+        "in phase 'broadcast': broadcast called before initialize (or after reset)"
+    )
+    bcast.initialize(0, 1, base_path)
+    try:
+        with pytest.raises(ConfigurationError) as bad_root:
+            bcast.broadcast(bytearray(1), root=1)
+    finally:
+        bcast.reset()
+    assert (bad_root.value.rank, bad_root.value.phase) == (0, "broadcast")
+    assert str(bad_root.value) == (
+        "rank 0: in phase 'broadcast': root must be 0 (star topology: only rank 0 sends), got 1"
+    )
+
+
 # -- a peer's bootstrap against rank 0 stand-ins ----------------------------------------
 
 
@@ -455,6 +475,7 @@ def test_a_long_failure_reason_is_kept_to_300_characters(base_path: str) -> None
         signal.signal(signal.SIGUSR1, old)
         bcast.reset()
     assert f"({'x' * 300}...)" in str(info.value)
+    assert (info.value.rank, info.value.phase) == (0, "broadcast")
 
 
 # -- torch tensors (in forked ranks only: never torch in the pytest process) --------------
