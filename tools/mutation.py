@@ -423,6 +423,23 @@ def _write_survivors(
         f"{sum(1 for n in open_names if n not in reasons)} untriaged.",
         "",
     ]
+    history = json.loads(HISTORY.read_text()) if HISTORY.exists() else []
+    if history:
+        lines += [
+            "## Killed since: survivors of earlier runs that a new test detects",
+            "",
+            "The tests are in `tests/reference/test_mutation_kills.py` (one per behaviour; "
+            "its docstrings say what each checks).",
+            "",
+            "| mutant (as numbered then) | changed line(s) | detected at commit |",
+            "|---|---|---|",
+        ]
+        for h in history:
+            change = " / ".join(f"`{a}`" for a in h["added"]) or "(line removed)"
+            change = change.replace("|", "\\|")
+            mutant = h["mutant"][len(MODULE_PREFIX) :]
+            lines.append(f"| `{mutant}` | {change} | `{h['detected_at'][:10]}` |")
+        lines += ["", "## Not detected now", ""]
     for name in open_names:
         triage = reasons.get(name)
         lines += [
@@ -436,6 +453,36 @@ def _write_survivors(
             "",
         ]
     (REPORT_DIR / "survivors.md").write_text("\n".join(lines))
+
+
+# -- history: survivors later killed -------------------------------------------------
+
+HISTORY = REPORT_DIR / "history.json"
+
+
+def _open_now() -> dict[str, dict[str, Any]]:
+    """Undetected mutants now, with what identifies them across runs."""
+    names = [n for n, code in _verdicts().items() if _status(code) in UNDETECTED]
+    out: dict[str, dict[str, Any]] = {}
+    for name, diff in _diffs(names).items():
+        removed, added = _changed_lines(diff)
+        out[name] = {"function": _function_of(name), "removed": removed, "added": added}
+    return out
+
+
+def record_kills(before: dict[str, dict[str, Any]], commit: str) -> None:
+    """Append to history.json the mutants undetected before this run and detected now."""
+    codes = _verdicts()
+    history = json.loads(HISTORY.read_text()) if HISTORY.exists() else []
+    known = {(h["function"], tuple(h["removed"]), tuple(h["added"])) for h in history}
+    for name, ident in before.items():
+        if name in codes and _status(codes[name]) in DETECTED:
+            key = (ident["function"], tuple(ident["removed"]), tuple(ident["added"]))
+            if key not in known:
+                history.append({"mutant": name, **ident, "detected_at": commit})
+                known.add(key)
+    REPORT_DIR.mkdir(parents=True, exist_ok=True)
+    HISTORY.write_text(json.dumps(history, indent=1, ensure_ascii=False))
 
 
 # -- main ------------------------------------------------------------------------------
@@ -475,11 +522,13 @@ def run(opts: argparse.Namespace, modules: list[str]) -> dict[str, Any]:
         (STAGE / "sample.json").write_text(json.dumps({"seed": opts.seed, "size": opts.sample}))
         if not names:
             print("every drawn mutant already has a verdict")
+    before = _open_now() if (STAGE / "mutants").exists() else {}
     code = 0
     if names or not (opts.rerun_survivors or opts.sample or opts.pending):
         code = _mutmut(
             ["run", "--max-children", str(opts.max_children), *names], STAGE / "mutmut.log"
         )
+    record_kills(before, commit)
     tests = tomllib.loads((STAGE / "pyproject.toml").read_text())["tool"]["mutmut"]
     if opts.pending:
         mode = (
