@@ -194,6 +194,27 @@ def regenerate() -> None:
         os.chdir(old)
 
 
+def pending_names(modules: list[str]) -> list[str]:
+    """Of ``modules``: every mutant with an undetected verdict (judged again, e.g. after
+    new tests), and every one without a verdict that is in scope -- in the random sample
+    for a sampled module (same seed and size, drawn again over the current mutants), all
+    of them for the others."""
+    info = (
+        json.loads((STAGE / "sample.json").read_text()) if (STAGE / "sample.json").exists() else {}
+    )
+    sampled = [m for m in modules if m in info.get("modules", [])]
+    drawn = set(sample(sampled, info["size"], info["seed"])) if sampled else set()
+    names = []
+    for name, code in _verdicts().items():
+        module = _module_of(name)
+        if module not in modules:
+            continue
+        unjudged_in_scope = code is None and (module not in sampled or name in drawn)
+        if unjudged_in_scope or (code is not None and _status(code) in UNDETECTED):
+            names.append(name)
+    return names
+
+
 def sample(modules: list[str], size: int, seed: int) -> list[str]:
     """``size`` mutants of each module drawn at random (seeded), among all of its mutants."""
     by_module: dict[str, list[str]] = {}
@@ -507,21 +528,21 @@ def run(opts: argparse.Namespace, modules: list[str]) -> dict[str, Any]:
     names = [f"{MODULE_PREFIX}{m}.*" for m in modules]
     if opts.rerun_survivors and (STAGE / "mutants").exists():
         names = survivors(modules)
-    if opts.pending:
-        regenerate()
-        names = [
-            n
-            for n, code in _verdicts().items()
-            if (code is None or _status(code) in UNDETECTED) and _module_of(n) in modules
-        ]
+    if opts.restat:
+        (STAGE / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     if opts.sample:
         regenerate()
+        (STAGE / "sample.json").write_text(
+            json.dumps({"seed": opts.seed, "size": opts.sample, "modules": modules})
+        )
         drawn = sample(modules, opts.sample, opts.seed)
         pending = {n for n, code in _verdicts().items() if code is None}
         names = [n for n in drawn if n in pending]
-        (STAGE / "sample.json").write_text(json.dumps({"seed": opts.seed, "size": opts.sample}))
         if not names:
             print("every drawn mutant already has a verdict")
+    elif opts.pending:
+        regenerate()
+        names = pending_names(modules)
     before = _open_now() if (STAGE / "mutants").exists() else {}
     code = 0
     if names or not (opts.rerun_survivors or opts.sample or opts.pending):
@@ -582,6 +603,9 @@ def main() -> int:
         "--sample", type=int, default=0, help="judge N random mutants of each --module"
     )
     parser.add_argument("--seed", type=int, default=20261201, help="seed of --sample")
+    parser.add_argument(
+        "--restat", action="store_true", help="map tests to functions again before running"
+    )
     parser.add_argument("--fail-under", type=float, default=None, help="score after equivalents")
     opts = parser.parse_args()
     modules = [m.removesuffix(".py") for m in opts.module]
