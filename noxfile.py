@@ -95,13 +95,13 @@ MUTMUT = "mutmut==3.8.1"
 
 @nox.session(python=PYTHON)
 def mutation(session: nox.Session) -> None:
-    """Mutation score of reference_impl with mutmut: machine-made one-line mutants of the
+    """Mutation score of reference_impl with mutmut: machine-made one-token mutants of the
     reference's own source, each judged by the reference's self-tests (tests/reference,
-    tests/dispatch); summary and survivor triage in reports/mutation/ (see
-    tools/mutation.py).  Not ``mutants``: that one judges hand-written one-defect
-    implementations (tests/mutants/) with the conformance suite, i.e. it scores the
-    suite, while this one scores the reference's self-tests.  ``-- --module _wire.py``
-    limits the run to some modules; ``-- --max-children 2`` is the default."""
+    tests/dispatch); summary and survivor triage in reports/mutation/ (tools/mutation.py).
+    Not ``mutants``: that one judges hand-written one-defect implementations
+    (tests/mutants/) with the conformance suite, i.e. it scores the suite; this one scores
+    the reference's self-tests.  Options after ``--``: ``--module _wire`` (repeatable),
+    ``--sample N``, ``--pending``, ``--report-only``, ``--max-children`` (default 2)."""
     _install_project(session, MUTMUT)
     session.run("python", "tools/mutation.py", *session.posargs)
 
