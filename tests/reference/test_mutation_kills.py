@@ -565,3 +565,68 @@ def test_a_listener_that_drops_each_connection_is_retried_then_named(
     assert len(attempts) >= 2  # retried, not failed at the first drop
     assert (err.rank, err.peer, err.phase) == (1, 0, "handshake")
     assert err.errno_name in {"EPIPE", "ECONNRESET"} and err.bytes_done == 0
+
+
+def test_an_empty_two_dimensional_buffer_is_received_next_to_a_full_one(base_path: str) -> None:
+    """memoryview.cast refuses a view with a zero in its shape: it still flattens (to 0 B)."""
+    numpy = pytest.importorskip("numpy")
+    with _pair(base_path, io_timeout=10.0) as (root, peer):
+        received = bytearray(2)
+        caught: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                root.broadcast([memoryview(numpy.zeros((0, 3), numpy.uint8)), b"ab"])
+            except BaseException as exc:
+                caught.append(exc)
+
+        thread = _in_thread(send)
+        peer.broadcast([memoryview(numpy.zeros((0, 3), numpy.float32)), received])
+        thread.join(10.0)
+    assert not caught and received == b"ab"
+
+
+def test_rank_0_names_a_refused_uid_and_the_setting_that_widens_it(base_path: str) -> None:
+    other = os.geteuid() + 4242
+    config = BroadcasterConfig(require_same_uid=False, allowed_uids=(other,), init_timeout=5.0)
+
+    def peer() -> None:
+        with contextlib.suppress(OSError):
+            sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+            sock.close()
+
+    thread = _in_thread(peer)
+    try:
+        with pytest.raises(SecurityError) as info:
+            CpuTpBroadcaster(config).initialize(0, 2, base_path)
+    finally:
+        thread.join(10.0)
+    assert (
+        f"rejected a connection from pid {os.getpid()} uid {os.geteuid()}: only uid(s) "
+        f"{other} may join (BroadcasterConfig.allowed_uids widens this)"
+    ) in str(info.value)
+
+
+def test_the_pending_connection_cap_lists_every_waiting_connection(base_path: str) -> None:
+    """world_size 2: two silent connections may wait; the third is refused naming both."""
+    release = threading.Event()
+    socks: list[socket.socket] = []
+
+    def silent_connections() -> None:
+        for _ in range(3):
+            with contextlib.suppress(OSError):
+                socks.append(wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0)))
+        release.wait(10.0)
+        for sock in socks:
+            sock.close()
+
+    thread = _in_thread(silent_connections)
+    try:
+        err = _root_error(base_path, 2, init_timeout=10.0)
+    finally:
+        release.set()
+        thread.join(15.0)
+    pid = os.getpid()
+    assert (
+        f"already pending: connection 1 (pid {pid}, 0/4 bytes), connection 2 (pid {pid}, 0/4 bytes)"
+    ) in str(err)
