@@ -215,6 +215,13 @@ def pending_names(modules: list[str]) -> list[str]:
     return names
 
 
+def _sample_sizes() -> tuple[dict[str, int], int]:
+    """Sample size per sampled module, and the seed (``.mutation/sample.json``)."""
+    path = STAGE / "sample.json"
+    info = json.loads(path.read_text()) if path.exists() else {}
+    return dict(info.get("sizes", {})), int(info.get("seed", 0))
+
+
 def sample(modules: list[str], size: int, seed: int) -> list[str]:
     """``size`` mutants of each module drawn at random (seeded), among all of its mutants."""
     by_module: dict[str, list[str]] = {}
@@ -371,6 +378,18 @@ def _setup_check(statuses: dict[str, str]) -> list[str]:
     return lines
 
 
+def _sample_line(info: dict[str, Any]) -> list[str]:
+    drawn = info.get("sample") or {}
+    sizes = drawn.get("sizes") or {}
+    if not sizes:
+        return []
+    listed = ", ".join(f"`{m}.py` {n}" for m, n in sorted(sizes.items()))
+    return [
+        f"- sampled modules (mutants drawn at random per module, seed {drawn.get('seed')}; "
+        f"redrawn over the current mutants when the source changes): {listed}"
+    ]
+
+
 def _write_summary(
     per_module: dict[str, Counter[str]],
     total: Counter[str],
@@ -397,6 +416,7 @@ def _write_summary(
         f"- last run: {info.get('finished')} UTC, {info.get('seconds', 0):.0f} s wall "
         f"({info.get('mode')}); load average before {info.get('load_before')}, "
         f"after {info.get('load_after')}",
+        *_sample_line(info),
         "",
         "## Formula",
         "",
@@ -532,9 +552,9 @@ def run(opts: argparse.Namespace, modules: list[str]) -> dict[str, Any]:
         (STAGE / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     if opts.sample:
         regenerate()
-        (STAGE / "sample.json").write_text(
-            json.dumps({"seed": opts.seed, "size": opts.sample, "modules": modules})
-        )
+        sizes, _old_seed = _sample_sizes()
+        sizes.update(dict.fromkeys(modules, opts.sample))
+        (STAGE / "sample.json").write_text(json.dumps({"seed": opts.seed, "sizes": sizes}))
         drawn = sample(modules, opts.sample, opts.seed)
         pending = {n for n, code in _verdicts().items() if code is None}
         names = [n for n in drawn if n in pending]
@@ -581,6 +601,7 @@ def run(opts: argparse.Namespace, modules: list[str]) -> dict[str, Any]:
         "load_before": load_before,
         "load_after": _loadavg(),
         "mutmut_exit": code,
+        "sample": dict(zip(("sizes", "seed"), _sample_sizes(), strict=True)),
     }
 
 
