@@ -142,7 +142,9 @@ class CpuTpBroadcaster:
         self._world_size: int | None = None
         self._base_path: str | None = None
         self._config: BroadcasterConfig | None = None
-        self._io_timeout: float | None = None
+        # The whole-call I/O deadline, built once per initialize and restarted by
+        # each broadcast.
+        self._deadline = Deadline(None)
         self._initialized = False
         self._broken: str | None = None
         self._bytes_sent = 0
@@ -273,7 +275,7 @@ class CpuTpBroadcaster:
                 )
             self._rank, self._world_size, self._base_path = rank, world_size, base_path
             self._config = cfg
-            self._io_timeout = cfg.io_timeout
+            self._deadline = Deadline(cfg.io_timeout)
             self._initialized = True
 
     def broadcast(self, buffers: object, root: int = 0) -> None:
@@ -322,7 +324,7 @@ class CpuTpBroadcaster:
             if route is None or total == 0:  # world_size 1 (no route) or nothing to move
                 self._broadcasts += 1
                 return
-            deadline = Deadline(self._io_timeout)
+            deadline = self._deadline.restart()
             try:
                 if is_root:
                     abort_fd = route.abort_fd
@@ -357,7 +359,7 @@ class CpuTpBroadcaster:
             if route is None or total == 0:
                 self._broadcasts += 1
                 return
-            deadline = Deadline(self._io_timeout)
+            deadline = self._deadline.restart()
             try:
                 if is_root:
                     self._send(prepared.views, total, deadline, route)

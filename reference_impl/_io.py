@@ -68,6 +68,14 @@ class Deadline:
         self.seconds = seconds
         self._end = math.inf if seconds is None else start + seconds
 
+    def restart(self) -> Deadline:
+        """Start the same span again from now: a broadcaster keeps one deadline per
+        initialize and restarts it per call instead of building one (cheaper)."""
+        self.started = start = _monotonic()
+        seconds = self.seconds
+        self._end = math.inf if seconds is None else start + seconds
+        return self
+
     def remaining(self) -> float:
         """Seconds left (``inf`` for no deadline, 0.0 once passed)."""
         return max(0.0, self._end - time.monotonic())
