@@ -32,7 +32,7 @@ from ._proc import (
     save_coverage,
     set_pdeathsig,
 )
-from ._workdir import disable_pooling
+from ._workdir import CaptureFds, disable_pooling
 
 __all__ = ["RankSpec", "make_context", "rank_main"]
 
@@ -52,7 +52,7 @@ class RankSpec:
     world_size: int
     parent_pid: int
     workdir: str
-    capture: tuple[int, int, int, int]  # out, err, res, stk: opened by the parent
+    capture: CaptureFds  # opened by the parent
     seed: int
     start: float
     deadline: float
@@ -201,7 +201,8 @@ def rank_main(
         )
         with contextlib.suppress(BaseException):
             os.write(
-                2 if progress.captured else spec.capture[1], text.encode(errors="backslashreplace")
+                2 if progress.captured else spec.capture.stderr,
+                text.encode(errors="backslashreplace"),
             )
     finally:
         os._exit(code)
@@ -246,7 +247,7 @@ def _run(
     #    survives SIGKILL and C-level writes.
     for fd in spec.close_fds:
         os.close(fd)
-    out, err, _res, stk = spec.capture
+    out, err, stk = spec.capture.stdout, spec.capture.stderr, spec.capture.stack
     os.dup2(devnull_fd(), 0)
     os.dup2(out, 1)
     os.dup2(err, 2)

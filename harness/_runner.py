@@ -45,7 +45,7 @@ from ._proc import (
 from ._rank import RankSpec, make_context, rank_main
 from ._reaper import Reaper
 from ._verdict import RankState, failed, judge
-from ._workdir import Workdir
+from ._workdir import CaptureFds, Workdir
 
 __all__ = ["SEED_ENV", "run_ranks"]
 
@@ -237,7 +237,7 @@ def run_ranks(
     reaper = Reaper()
     start = time.monotonic()
     completed = False
-    capture: list[tuple[int, int, int, int]] = []
+    capture: list[CaptureFds] = []
     try:
         # From the first resource to the last recorded pid, a Ctrl-C (or pytest-timeout's
         # SIGALRM) must not raise: it waits until every rank is known (see DeferredSignals).
@@ -302,11 +302,11 @@ def run_ranks(
                 mesh.parent_close()
             _close_capture(capture)
             if not completed:  # interrupted (KeyboardInterrupt, a bug): leave nothing behind
-                _survivors(ranks)
+                _kill_survivors(ranks)
                 if wd is not None:
                     wd.remove(clean=False)
     assert wd is not None  # completed: the section above opened it
-    survivors = _survivors(ranks)
+    survivors = _kill_survivors(ranks)
     outcomes = tuple(judge(r, wd) for r in ranks)
     leftovers = wd.leftovers()
     wd.remove(clean=not leftovers and not survivors)
@@ -323,7 +323,7 @@ def run_ranks(
     )
 
 
-def _close_capture(capture: list[tuple[int, int, int, int]]) -> None:
+def _close_capture(capture: list[CaptureFds]) -> None:
     """The parent's copies of the ranks' capture fds (idempotent: empties the list)."""
     for fds in capture:
         for fd in fds:
@@ -349,7 +349,7 @@ def _fork_all(
     Frozen objects are invisible to the ranks' collector; the parent thaws them right
     after forking (skipped if someone else froze objects for their own reasons).
     """
-    writers = [RecordWriter(spec.capture[2]) for spec in specs]
+    writers = [RecordWriter(spec.capture.results) for spec in specs]
     contexts = [make_context(spec, mesh, w) for spec, w in zip(specs, writers, strict=True)]
     freeze = gc.isenabled() and gc.get_freeze_count() == 0
     if freeze:
@@ -470,9 +470,10 @@ def _kill_and_reap(ranks: list[RankState], reaper: Reaper) -> None:
             by_pid[pid].status, by_pid[pid].ended_at = status, reaper.reaped_at[pid]
 
 
-def _survivors(ranks: list[RankState]) -> tuple[int, ...]:
-    """Processes still in a rank's process group after the rank was reaped (bug: reported
-    and SIGKILLed), plus ranks that could not be reaped at all."""
+def _kill_survivors(ranks: list[RankState]) -> tuple[int, ...]:
+    """SIGKILL what outlived its rank and return the pids: processes still in a rank's
+    process group after the rank was reaped (a bug, reported), plus ranks that could not
+    be reaped at all."""
     unreaped = [r.pid for r in ranks if not r.ended]
     groups = {r.pid for r in ranks if group_alive(r.pid)}
     if not groups:

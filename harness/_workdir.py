@@ -34,6 +34,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from functools import cache
+from typing import NamedTuple
 
 from ._stale import make_private_dir
 
@@ -41,6 +42,7 @@ __all__ = [
     "CAPTURE_KINDS",
     "WORKDIR_PREFIX",
     "WORKDIR_ROOT_ENV",
+    "CaptureFds",
     "Workdir",
     "disable_pooling",
     "release_workdirs",
@@ -50,6 +52,19 @@ WORKDIR_PREFIX = "tpb-"
 WORKDIR_ROOT_ENV = "TPBCAST_WORKDIR_ROOT"
 _SUN_PATH_MAX = 107
 CAPTURE_KINDS = ("out", "err", "res", "stk")
+
+
+class CaptureFds(NamedTuple):
+    """One rank's capture files, opened by the parent before fork (one per CAPTURE_KINDS)."""
+
+    stdout: int
+    stderr: int
+    results: int
+    """The rank's record channel: faults fired, then its value or exception."""
+    stack: int
+    """faulthandler's target: the stack dump of a rank the harness had to stop."""
+
+
 _POOL_MAX = [4]  # per pool; set to 0 in ranks
 # Only the process that imported us pools: a forked child (pytest-forked's per-test child,
 # a multiprocessing fork worker, a rank) usually ends in os._exit, which skips the atexit
@@ -184,15 +199,15 @@ class Workdir:
     def file(self, rank: int, kind: str) -> str:
         return f"{self.capture}/{rank}.{kind}"
 
-    def open_capture(self, world_size: int) -> list[tuple[int, int, int, int]]:
-        """Create every rank's capture files (out, err, res, stk) in the parent, before
-        fork: a rank then only dup2()s, and a rank that dies at once still has files."""
+    def open_capture(self, world_size: int) -> list[CaptureFds]:
+        """Create every rank's capture files in the parent, before fork: a rank then only
+        dup2()s, and a rank that dies at once still has files."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC
-        opened: list[tuple[int, int, int, int]] = []
+        opened: list[CaptureFds] = []
         try:
             for rank in range(world_size):
                 fds = [os.open(self.file(rank, kind), flags, 0o600) for kind in CAPTURE_KINDS]
-                opened.append((fds[0], fds[1], fds[2], fds[3]))
+                opened.append(CaptureFds(*fds))
         except BaseException:
             for group in opened:
                 for fd in group:

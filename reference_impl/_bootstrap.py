@@ -324,7 +324,10 @@ class _Handshakes:
             if fd in self.pending:
                 self._read(self.pending[fd])
             elif fd in watched:
-                _check_silent_peer(watched[fd], self.links, self.pids, self.deadline, self.label)
+                peer = watched[fd]
+                _fail_on_joined_peer_activity(
+                    peer, self.links, self.pids, self.deadline, self.label
+                )
         if not ready and self.deadline.expired():
             raise self._timeout()
 
@@ -360,9 +363,9 @@ class _Handshakes:
             )
         pending.got += n
         if pending.got == RANK_SIZE:
-            self._join(pending)
+            self._take_slot(pending)
 
-    def _join(self, pending: _Pending) -> None:
+    def _take_slot(self, pending: _Pending) -> None:
         """Check the announced rank; the connection takes that rank's slot."""
         peer = unpack_rank(pending.raw)
         world_size, pid = self.world_size, pending.pid
@@ -442,9 +445,12 @@ def _accept_peers(
     _Handshakes(links, listener, deadline, label, allowed).run()
 
 
-def _check_silent_peer(
+def _fail_on_joined_peer_activity(
     peer: int, links: Links, pids: dict[int, int], deadline: Deadline, label: str
 ) -> None:
+    """A peer that already joined woke rank 0 while it waited for the others: it hung up
+    (:class:`PeerClosedError`) or sent bytes out of turn (:class:`HandshakeError`).  A
+    wake-up with nothing to read is spurious and returns."""
     sock = links.peers[peer]
     assert sock is not None
     try:
@@ -541,7 +547,7 @@ def bootstrap_peer(
     while True:
         sock = _connect(rank, path, config, connect_deadline, abstract=abstract)
         try:
-            _join(sock, rank, config, label)
+            _handshake_with_root(sock, rank, config, label)
         except PeerClosedError as exc:
             close_quietly(sock)
             never_accepted = exc.errno_name in {"ECONNRESET", "EPIPE"} and not exc.bytes_done
@@ -556,7 +562,9 @@ def bootstrap_peer(
         return links
 
 
-def _join(sock: socket.socket, rank: int, config: BroadcasterConfig, label: str) -> None:
+def _handshake_with_root(
+    sock: socket.socket, rank: int, config: BroadcasterConfig, label: str
+) -> None:
     """Credentials, rank handshake and probe on a fresh connection to rank 0."""
     deadline = Deadline(config.init_timeout)
     allowed = config.accepted_uids(os.geteuid())

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent(
     import json, sys
     import torch
     from tpbcast.harness import ForkSafetyError, run_ranks
-from tpbcast.harness.runtime import native_threads
+    from tpbcast.harness.runtime import native_threads
 
     if sys.argv[2] == "force":  # control: neither refuse nor fix, to show the hang is real
         import tpbcast.harness._runner as runner

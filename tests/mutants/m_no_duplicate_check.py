@@ -16,7 +16,7 @@ KILLS = ("INIT-8",)
 FAST = True
 
 
-def _join(self: _bootstrap._Handshakes, pending: _bootstrap._Pending) -> None:
+def _take_slot(self: _bootstrap._Handshakes, pending: _bootstrap._Pending) -> None:
     peer = _bootstrap.unpack_rank(pending.raw)
     world_size, pid = self.world_size, pending.pid
     if not 0 < peer < world_size:
@@ -35,7 +35,7 @@ def _join(self: _bootstrap._Handshakes, pending: _bootstrap._Pending) -> None:
     self.pids[peer] = pid
 
 
-_bootstrap._Handshakes._join = _join  # type: ignore[method-assign]
+_bootstrap._Handshakes._take_slot = _take_slot  # type: ignore[method-assign]
 
 
 class NoDuplicateCheck(Delegating):

@@ -17,7 +17,7 @@ KILLS = ("INIT-7",)
 FAST = True
 
 
-def _join(self: _bootstrap._Handshakes, pending: _bootstrap._Pending) -> None:
+def _take_slot(self: _bootstrap._Handshakes, pending: _bootstrap._Pending) -> None:
     peer = _bootstrap.unpack_rank(pending.raw)
     # The defect: no ``0 < peer < world_size`` check before the slot is used.
     if self.links.peers[peer] is not None:
@@ -33,7 +33,7 @@ def _join(self: _bootstrap._Handshakes, pending: _bootstrap._Pending) -> None:
     self.pids[peer] = pending.pid
 
 
-_bootstrap._Handshakes._join = _join  # type: ignore[method-assign]
+_bootstrap._Handshakes._take_slot = _take_slot  # type: ignore[method-assign]
 
 
 class NoRankRangeCheck(Delegating):

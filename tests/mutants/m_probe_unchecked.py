@@ -17,7 +17,7 @@ KILLS = ("INIT-10",)
 FAST = True
 
 
-def _join(
+def _handshake_with_root(
     sock: _bootstrap.socket.socket,
     rank: int,
     config: _bootstrap.BroadcasterConfig,
@@ -50,7 +50,7 @@ def _join(
     # The defect: ``probe[0]`` is never compared with 0x5a.
 
 
-_bootstrap._join = _join
+_bootstrap._handshake_with_root = _handshake_with_root
 
 
 class ProbeUnchecked(Delegating):
