@@ -1,6 +1,6 @@
 """broadcast_cpu latency: UDS path vs collective fallback (gloo), in one run.
 
-What one sample is (as in baseline_perf.md): rank 0 starts the clock, calls
+What one sample is (the method of benchmarks/bench_broadcast.py): rank 0 starts the clock, calls
 ``broadcast_cpu([tensor])``, then reads a 1-byte ack from every peer over a
 pipe; a peer acks once its own ``broadcast_cpu`` returned (data visible).  So a
 sample is one full dispatch on every rank plus one small ack hop, identical for

@@ -9,7 +9,7 @@ machine load, the floor: bare ``os.fork()`` x n + ``os._exit(0)`` + ``waitpid`` 
 same parent. With torch imported the parent has ~150 MB of anonymous memory, and the
 kernel's page-table copy at fork plus the teardown at exit dominate both numbers.
 
-Bar (issue 3): world_size 2 <= 10 ms median on the 2-core CI box.
+Bar: world_size 2 <= 10 ms median on the 2-core CI box.
 
     /work/venv/bin/python benchmarks/bench_harness.py [--reps 60] [--no-torch]
 """

@@ -4,7 +4,7 @@ The test module is what a user writes first: no ``import torch`` at the top, eac
 gets a gloo group from ``process_group(ctx)`` and runs one ``all_reduce``.  Without
 preload every rank of every test imports torch after the fork; with
 ``--tpbcast-preload=torch`` the test process imports it once, before the first fork, and
-the ranks inherit it.  Issue 11 measured 3.3 s vs 0.10 s per 2-rank test (4 ranks: 6.5 s
+the ranks inherit it.  Measured before: 3.3 s vs 0.10 s per 2-rank test (4 ranks: 6.5 s
 vs 0.16 s).
 
 Each mode runs as its own pytest session (a subprocess, so the parent starts without

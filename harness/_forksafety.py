@@ -2,8 +2,9 @@
 
 A process that ran a parallel torch op has an OpenMP worker pool. ``fork`` copies only the
 calling thread, so the child inherits a pool that believes its workers exist; the child's
-first parallel torch op waits for them forever (baseline_perf.md §7: measured, reproducible
-with ``torch.ones(1 << 22).add_(1)`` before fork). ``torch.set_num_threads(1)`` in the
+first parallel torch op waits for them forever (measured, reproducible with
+``torch.ones(1 << 22).add_(1)`` before fork: tests/harness/test_forksafety.py's control
+shows the hang). ``torch.set_num_threads(1)`` in the
 child makes torch run its ops inline, never touching the dead pool.
 
 Policy (environment variable ``TPBCAST_TORCH_THREADS``):

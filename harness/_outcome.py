@@ -263,8 +263,8 @@ class GroupResult:
 
 
 def _ok_line(o: RankOutcome) -> str:
-    """An OK rank in one line: it is context, not the story (issue 11: every OK rank used to
-    print a ten-line section).  Faults that fired and the size of its output are named, so
+    """An OK rank in one line: it is context, not the story (a ten-line section per healthy
+    rank buried the failing one).  Faults that fired and the size of its output are named, so
     nothing that might matter is hidden; the text itself is in ``o.report()``."""
     extras = []
     if o.value is not None:

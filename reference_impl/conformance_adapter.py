@@ -147,7 +147,8 @@ class ReferenceAdapter:
         init: float | None = None,
         io: float | None = None,
     ) -> object:
-        """The ``dispatch`` capability: a per-rank fallback dispatcher (issue 6).
+        """The ``dispatch`` capability: a per-rank fallback dispatcher (DESIGN.md,
+        "Reference decisions", fallback dispatch).
 
         ``engine`` is the suite's recording collective engine over the group it
         created (DESIGN.md, adapter table): the fallback path runs on it and the

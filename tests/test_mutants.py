@@ -5,7 +5,7 @@
   reference's own self-tests too).
 * Each FAST mutant, judged on its KILLS clauses only, gets FAIL on every one of them
   (one test per mutant, so a survivor is named).
-* The per-check verdict self-test of issue 9: ``m_wording`` (the reference with another
+* The per-check verdict self-test: ``m_wording`` (the reference with another
   error wording, nothing else) gets SHOULD FAILs and no MUST FAIL or ERROR, judged on the
   clauses whose tests read error messages.
 * ``m_no_capabilities``: the summary counts and names the MUST clauses it was not judged

@@ -116,7 +116,7 @@ def test_wheel_in_a_bare_venv_runs_the_suite_cli_and_the_plugin(
 ) -> None:
     """What a user gets from ``pip install tpbcast`` (no extras) in a clean venv.
 
-    Issue 11: ``python -m tpbcast.conformance --list`` died there with
+    ``python -m tpbcast.conformance --list`` used to die there with
     ``ModuleNotFoundError: No module named 'pytest'``.  The wheel's own dependencies come
     from the configured package index (pytest and its few pure-Python dependencies, about
     10 s); torch must not come along.

@@ -79,7 +79,7 @@ CAPABILITIES: Final[Mapping[str, str]] = {
     "multi_buffer": "`broadcast` accepts a list of buffers, sent back to back",
     "peer_credentials": "rejects peers of another uid (SO_PEERCRED)",
     "secure_dir": "verifies/creates the socket dir 0700",
-    "dispatch": "`make_dispatcher(*, engine, ...)`: fallback dispatch layer (issue 6) whose "
+    "dispatch": "`make_dispatcher(*, engine, ...)`: fallback dispatch layer whose "
     "collective path runs on `engine`, the suite's recording gloo engine (the FALLBACK clauses "
     "are judged from what it saw); its `bootstrap(*, local_world_size, base_path, "
     "tp_rank=None, dp_rank=None)` is idempotent and refuses explicit ranks that disagree with "

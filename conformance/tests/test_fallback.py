@@ -1,4 +1,4 @@
-"""FALLBACK: the dispatch layer above the broadcaster (capability ``dispatch``, issue 6).
+"""FALLBACK: the dispatch layer above the broadcaster (capability ``dispatch``; DESIGN.md, "Adapter contract").
 
 The capability promises ``make_dispatcher(*, engine, rank, world_size, workdir,
 group_timeout, connect, init, io)`` on the broadcaster object, returning a per-rank

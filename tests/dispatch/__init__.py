@@ -1,1 +1,1 @@
-"""Fallback dispatch (issue 6): forked-rank tests over a real gloo group."""
+"""Fallback dispatch: forked-rank tests over a real gloo group."""

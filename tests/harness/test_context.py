@@ -116,7 +116,7 @@ def test_barrier_with_a_dead_rank_fails_at_once_naming_it():
     for r in (0, 2):
         o = result.outcomes[r]
         assert o.status is Status.RAISED, result.report()
-        assert o.exc_type == "tpbcast.harness.SyncError"  # the public name (issue 11)
+        assert o.exc_type == "tpbcast.harness.SyncError"  # the public name
         assert "sync('never') can never finish: rank(s) 1 ended" in o.exc_message
 
 

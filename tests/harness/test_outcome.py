@@ -134,7 +134,7 @@ def test_real_time_signals_are_named_like_kill_l():
 
 
 def test_report_leads_with_the_first_failing_rank_and_collapses_ok_ranks():
-    """Issue 11: a four-rank cascade read rank 0..3 in order, ten lines per OK rank."""
+    """A four-rank cascade used to read rank 0..3 in order, ten lines per OK rank."""
     fault = FaultRecord(3, "go", "Delay(0.1)", "", 0.001)
     result = GroupResult(
         outcomes=(
