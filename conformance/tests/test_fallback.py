@@ -1,4 +1,6 @@
-"""FALLBACK: the dispatch layer above the broadcaster (capability ``dispatch``; DESIGN.md, "Adapter contract").
+"""FALLBACK: the dispatch layer above the broadcaster.
+
+Capability ``dispatch`` (DESIGN.md, "Adapter contract").
 
 The capability promises ``make_dispatcher(*, engine, rank, world_size, workdir,
 group_timeout, connect, init, io)`` on the broadcaster object, returning a per-rank
