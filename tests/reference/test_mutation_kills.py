@@ -10,6 +10,7 @@ text.  All run in the pytest process: no fork, milliseconds each.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import hashlib
 import importlib.util
@@ -17,6 +18,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -630,3 +632,80 @@ def test_the_pending_connection_cap_lists_every_waiting_connection(base_path: st
     assert (
         f"already pending: connection 1 (pid {pid}, 0/4 bytes), connection 2 (pid {pid}, 0/4 bytes)"
     ) in str(err)
+
+
+# -- buffers a caller may pass ----------------------------------------------------------
+
+
+class _Pair(ctypes.Structure):
+    _fields_ = (("a", ctypes.c_int32), ("b", ctypes.c_double))
+
+
+def _world_of_one(base: str) -> CpuTpBroadcaster:
+    bcast = CpuTpBroadcaster()
+    bcast.initialize(0, 1, base)
+    return bcast
+
+
+def test_a_non_buffer_is_refused_with_what_to_pass(base_path: str) -> None:
+    bcast = _world_of_one(base_path)
+    try:
+        with pytest.raises(ConfigurationError) as info:
+            bcast.broadcast([bytearray(1), object()])
+    finally:
+        bcast.reset()
+    assert str(info.value) == (
+        "buffer 1 of type object is not a buffer; pass bytes-like objects, numpy arrays or "
+        "torch CPU tensors"
+    )
+
+
+def test_without_numpy_a_strided_struct_view_is_refused_with_what_to_do(
+    base_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    strided = memoryview((_Pair * 4)())[::2]  # 1-D, non-contiguous, a multi-char format
+    monkeypatch.setitem(sys.modules, "numpy", None)  # "not installed": import fails
+    bcast = _world_of_one(base_path)
+    try:
+        with pytest.raises(ConfigurationError) as info:
+            bcast.broadcast(strided)
+    finally:
+        bcast.reset()
+    assert str(info.value) == (
+        "buffer 0 is a non-contiguous memoryview; install numpy or pass a contiguous buffer"
+    )
+
+
+def test_a_strided_two_dimensional_view_of_object_pointers_is_refused_by_index(
+    base_path: str,
+) -> None:
+    numpy = pytest.importorskip("numpy")
+    objects = memoryview(numpy.empty((2, 4), dtype=object)[:, ::2])
+    bcast = _world_of_one(base_path)
+    try:
+        with pytest.raises(ConfigurationError, match=r"^buffer 1 is a numpy array of dtype object"):
+            bcast.broadcast([bytearray(1), objects])
+    finally:
+        bcast.reset()
+
+
+def test_a_peer_receives_into_a_strided_two_dimensional_view(base_path: str) -> None:
+    """Not contiguous, not 1-D: staged through numpy and copied back into the caller's memory."""
+    numpy = pytest.importorskip("numpy")
+    expected = numpy.arange(8, dtype=numpy.uint8).reshape(4, 2)
+    target = numpy.zeros((4, 4), dtype=numpy.uint8)
+    with _pair(base_path, io_timeout=10.0) as (root, peer):
+        caught: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                root.broadcast([expected.tobytes(), b"!"])
+            except BaseException as exc:
+                caught.append(exc)
+
+        thread = _in_thread(send)
+        tail = bytearray(1)
+        peer.broadcast([memoryview(target[:, ::2]), tail])
+        thread.join(10.0)
+    assert not caught and tail == b"!"
+    assert (target[:, ::2] == expected).all() and not target[:, 1::2].any()
