@@ -208,30 +208,32 @@ def _plots(run: dict[str, Any], out: Path) -> None:
     load = f"load {' '.join(run['loadavg_start'])} → {' '.join(run['loadavg_end'])}"
     where = f"{run['cpus']} CPUs, pin {run['pin']}, {load}"
 
-    fig, axes = plt.subplots(1, len(tps), figsize=(6 * len(tps), 5.5), squeeze=False)
-    for ax, tp in zip(axes[0], tps, strict=True):
-        for name in run["methods"]:
-            cells = [run["groups"][tp][name][str(s)] for s in sizes]
-            color = COLORS.get(name)
-            label = methods.LABELS[name]
-            ax.plot(sizes, [c["p50"] for c in cells], "o-", color=color, label=f"{label} p50")
-            ax.plot(
-                sizes,
-                [c["p99"] for c in cells],
-                "x--",
-                color=color,
-                alpha=0.6,
-                label=f"{label} p99",
-            )
-        _size_axis(ax, sizes)
-        ax.set_yscale("log")
-        ax.set_ylabel("round time (µs, log)")
-        over = " (oversubscribed)" if int(tp) > run["cpus"] else ""
-        ax.set_title(f"TP {tp}{over}")
-    axes[0][0].legend(fontsize=7, loc="upper left")
+    # Row 1: p50, row 2: p99; one y scale per row so the TP columns compare at a glance.
+    fig, axes = plt.subplots(
+        2, len(tps), figsize=(5.5 * len(tps), 9.5), squeeze=False, sharey="row"
+    )
+    for column, tp in enumerate(tps):
+        for row, stat in enumerate(("p50", "p99")):
+            ax = axes[row][column]
+            for name in run["methods"]:
+                cells = [run["groups"][tp][name][str(s)] for s in sizes]
+                ax.plot(
+                    sizes,
+                    [c[stat] for c in cells],
+                    "o-",
+                    color=COLORS.get(name),
+                    label=methods.LABELS[name],
+                )
+            _size_axis(ax, sizes)
+            ax.set_yscale("log")
+            ax.set_ylabel(f"{stat} round time (µs, log)")
+            over = " (oversubscribed)" if int(tp) > run["cpus"] else ""
+            ax.set_title(f"TP {tp}{over}: {stat}")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9)
     fig.suptitle(f"Broadcast round time (broadcast + 1-byte ack) vs payload size — {where}")
-    fig.tight_layout()
-    fig.savefig(out / "broadcast_latency.png", dpi=110)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(out / "broadcast_latency.png", dpi=100)
     plt.close(fig)
 
     _throughput_plot(plt, run, out, where)
@@ -260,10 +262,12 @@ def _throughput_plot(plt: Any, run: dict[str, Any], out: Path, where: str) -> No
 
 
 def _ratio_plot(plt: Any, run: dict[str, Any], out: Path, where: str) -> None:
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+
     sizes = run["sizes"]
     tps = list(run["groups"])
     rows = ratios(run)
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5), squeeze=False)
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.8), squeeze=False)
     for ax, name in zip(axes[0], ("reference", "shm", "gloo"), strict=True):
         for tp in tps:
             pts = [(r["size"], r[name]) for r in rows if r["tp"] == int(tp) and name in r]
@@ -271,27 +275,43 @@ def _ratio_plot(plt: Any, run: dict[str, Any], out: Path, where: str) -> None:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"TP {tp}")
         ax.axhline(1.0, color="black", lw=0.8)
         if name == "reference":
-            ax.axhline(
-                LATENCY_GOAL,
-                color="tab:red",
-                ls=":",
-                label=f"latency goal ≤ {LATENCY_GOAL} (≤ 4 KiB)",
-            )
-            ax.axhline(
-                1 / THROUGHPUT_GOAL,
-                color="tab:orange",
-                ls=":",
-                label=f"throughput goal ≥ {THROUGHPUT_GOAL} (≥ 4 MiB): "
-                f"ratio ≤ {1 / THROUGHPUT_GOAL:.2f}",
-            )
+            # Each goal only over the sizes it is about.
+            small = [s for s in sizes if s <= SMALL]
+            large = [s for s in sizes if s >= LARGE]
+            if small:
+                ax.plot(
+                    [small[0], small[-1]],
+                    [LATENCY_GOAL] * 2,
+                    color="tab:red",
+                    ls=":",
+                    lw=2.5,
+                    label=f"latency goal: ≤ {LATENCY_GOAL} at ≤ 4 KiB (TP 2, 4)",
+                )
+            if large:
+                ax.plot(
+                    [large[0], large[-1]] if len(large) > 1 else [large[0]] * 2,
+                    [1 / THROUGHPUT_GOAL] * 2,
+                    color="tab:orange",
+                    ls=":",
+                    lw=2.5,
+                    label=f"throughput goal ≥ {THROUGHPUT_GOAL} at ≥ 4 MiB: "
+                    f"ratio ≤ {1 / THROUGHPUT_GOAL:.2f}",
+                )
         _size_axis(ax, sizes)
-        ax.set_yscale("log")
-        ax.set_ylabel("p50 round time / raw star p50 (log; < 1 = faster)")
+        values = [r[name] for r in rows if name in r]
+        scale = "linear"
+        if values and max(values) / max(min(values), 1e-9) > 20:  # gloo spans decades
+            scale = "log"
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylabel(f"p50 round time ÷ raw star p50 ({scale}; below 1 = faster)")
         ax.set_title(f"{methods.LABELS[name]} vs raw UDS star")
         ax.legend(fontsize=8)
-    fig.suptitle(f"p50 ratio to the raw UDS star — {where}")
+    fig.suptitle(f"p50 round time relative to the raw UDS star (same run) — {where}")
     fig.tight_layout()
-    fig.savefig(out / "broadcast_ratio.png", dpi=110)
+    fig.savefig(out / "broadcast_ratio.png", dpi=100)
     plt.close(fig)
 
 

@@ -45,19 +45,19 @@ DEFAULT_IMPL = "tpbcast.reference_impl.conformance_adapter:make"
 def counts(size: int, scale: float) -> tuple[int, int, int]:
     """(timed rounds, warm-up rounds, blocks) for one size: fewer rounds for big sizes."""
     if size <= 4 * KIB:
-        rounds, warm, blocks = 1000, 50, 10
+        rounds, warm, blocks = 2000, 100, 20
     elif size <= 64 * KIB:
-        rounds, warm, blocks = 400, 20, 10
+        rounds, warm, blocks = 1000, 50, 20
     elif size <= 256 * KIB:
-        rounds, warm, blocks = 200, 10, 10
+        rounds, warm, blocks = 400, 20, 10
     elif size <= MIB:
-        rounds, warm, blocks = 80, 5, 8
+        rounds, warm, blocks = 150, 10, 10
     elif size <= 4 * MIB:
-        rounds, warm, blocks = 30, 3, 5
+        rounds, warm, blocks = 60, 5, 10
     elif size <= 16 * MIB:
-        rounds, warm, blocks = 10, 1, 5
+        rounds, warm, blocks = 20, 2, 5
     else:
-        rounds, warm, blocks = 5, 1, 5
+        rounds, warm, blocks = 8, 1, 4
     rounds = max(blocks, round(rounds * scale))
     return rounds - rounds % blocks, max(1, round(warm * scale)), blocks
 
