@@ -199,11 +199,9 @@ def pending_names(modules: list[str]) -> list[str]:
     new tests), and every one without a verdict that is in scope -- in the random sample
     for a sampled module (same seed and size, drawn again over the current mutants), all
     of them for the others."""
-    info = (
-        json.loads((STAGE / "sample.json").read_text()) if (STAGE / "sample.json").exists() else {}
-    )
-    sampled = [m for m in modules if m in info.get("modules", [])]
-    drawn = set(sample(sampled, info["size"], info["seed"])) if sampled else set()
+    sizes, seed = _sample_sizes()
+    sampled = [m for m in modules if m in sizes]
+    drawn = {n for m in sampled for n in sample([m], sizes[m], seed)}
     names = []
     for name, code in _verdicts().items():
         module = _module_of(name)
