@@ -439,6 +439,15 @@ def _write_summary(
         "(with n judged mutants the 95 % interval is roughly +/- 100/sqrt(n) points).  The",
         "pooled row mixes complete modules and samples: read the per-module rows.",
         "",
+        "Not measured at all (no mutant judged): "
+        + (
+            ", ".join(
+                f"`{m}.py`" for m, c in sorted(per_module.items()) if c["total"] == c["not checked"]
+            )
+            or "none"
+        )
+        + ".",
+        "",
         f"Not yet judged (no verdict in the cache): {not_checked}.  Survivors without a test "
         f"that kills them or a written reason (untriaged): {untriaged}.",
         "",
