@@ -13,35 +13,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ._contract import (
-    CAPABILITY_MEMBERS,
     DEFAULT_IMPLEMENTATION,
-    REQUIRED_MEMBERS,
-    AdapterError,
-    Broadcaster,
-    Capability,
-    CapabilityMissing,
     Implementation,
     ImplementationLoadError,
-    UnknownCapabilityError,
     check_members,
     parse_capabilities,
 )
 from ._exec_adapter import load_exec_implementation
 
-__all__ = [
-    "CAPABILITY_MEMBERS",
-    "DEFAULT_IMPLEMENTATION",
-    "REQUIRED_MEMBERS",
-    "AdapterError",
-    "Broadcaster",
-    "Capability",
-    "CapabilityMissing",
-    "Implementation",
-    "ImplementationLoadError",
-    "UnknownCapabilityError",
-    "load_implementation",
-    "parse_capabilities",
-]
+__all__ = ["load_implementation"]
 
 
 def _split_spec(spec: str) -> tuple[str, str]:

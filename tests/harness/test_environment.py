@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import socket
@@ -11,6 +10,7 @@ import struct
 
 import pytest
 
+from tpbcast.harness import RankContext, run_ranks
 from tpbcast.harness import _environment as env
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown/setuid)")
@@ -138,41 +138,28 @@ def test_privileged_faults_unavailable_when_not_root(short_dir, monkeypatch):
     assert (back.fault, back.reason) == (info.value.fault, info.value.reason)
 
 
+def _connect_as_nobody(ctx: RankContext, path: str) -> list[object]:
+    proof = env.as_foreign_uid()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(path)
+    return [proof.uid, proof.euid, proof.gid, list(proof.groups)]
+
+
 @needs_root
-def test_as_foreign_uid_in_a_forked_rank(short_dir, reap_child):
-    """The child drops to nobody, then proves the kernel sees it as that uid."""
+def test_as_foreign_uid_in_a_forked_rank(short_dir):
+    """The rank drops to nobody, then the kernel sees its connection as that uid."""
     os.chmod(short_dir, 0o777)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(f"{short_dir}/g_0.sock")
-    os.chmod(f"{short_dir}/g_0.sock", 0o777)
-    listener.listen(1)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        code = 3
-        try:
-            os.close(read_fd)
-            proof = env.as_foreign_uid()
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(f"{short_dir}/g_0.sock")
-            os.write(
-                write_fd, json.dumps([proof.uid, proof.euid, proof.gid, proof.groups]).encode()
-            )
-            sock.close()
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    listener.settimeout(30.0)
-    with listener:
+    path = f"{short_dir}/g_0.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        os.chmod(path, 0o777)
+        listener.listen(1)
+        result = run_ranks(_connect_as_nobody, 1, args=(path,), timeout=30)
+        listener.settimeout(30.0)
         conn, _ = listener.accept()
         with conn:
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-    status = reap_child(pid, 30.0)
-    with os.fdopen(read_fd, "rb") as pipe:
-        said = json.loads(pipe.read() or b"null")
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    assert said == [env.NOBODY, env.NOBODY, env.NOBODY, []]
+    assert result.values() == [[env.NOBODY, env.NOBODY, env.NOBODY, []]]
     _pid, uid, gid = struct.unpack("3i", creds)
     assert (uid, gid) == (env.NOBODY, env.NOBODY)
     assert os.getuid() == 0  # the parent is untouched

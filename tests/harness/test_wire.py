@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import signal
 import socket
 import struct
 import sys
@@ -13,6 +12,7 @@ import time
 
 import pytest
 
+from tpbcast.harness import RankContext, Status, run_ranks
 from tpbcast.harness import _wire as w
 
 MARGIN = 5.0  # generous: a 4x oversubscribed 2-core box must not make these flaky
@@ -231,31 +231,19 @@ def test_recv_until_eof_and_limit():
             w.recv_until_eof(b, w.Deadline.after(0.1))
 
 
-def test_send_all_to_closed_peer_is_epipe_not_sigpipe(reap_child):
-    """Runs in a child with SIGPIPE at SIG_DFL: MSG_NOSIGNAL must keep it alive."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        code = 3
-        try:
-            os.close(read_fd)
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            a, b = _pair()
-            b.close()
-            try:
-                w.send_all(a, b"x" * 100, w.Deadline.after(10.0))
-            except w.WireClosedError as exc:
-                os.write(write_fd, f"{exc.errno_name} {exc.how} | {exc}".encode())
-                code = 0
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    status = reap_child(pid, 30.0)
-    with os.fdopen(read_fd, "rb") as pipe:
-        said = pipe.read()
-    assert os.WIFEXITED(status), f"child died by signal {os.WTERMSIG(status)} (SIGPIPE leaked?)"
-    assert os.WEXITSTATUS(status) == 0
-    errno_name, how, message = said.decode().replace(" | ", " ", 1).split(" ", 2)
+def _send_to_a_closed_peer(ctx: RankContext) -> tuple[str | None, str, str]:
+    a, b = _pair()
+    b.close()
+    with a, pytest.raises(w.WireClosedError) as info:
+        w.send_all(a, b"x" * 100, w.Deadline.after(10.0))
+    return info.value.errno_name, info.value.how, str(info.value)
+
+
+def test_send_all_to_closed_peer_is_epipe_not_sigpipe():
+    """A rank with SIGPIPE at its default action: MSG_NOSIGNAL must keep it alive."""
+    outcome = run_ranks(_send_to_a_closed_peer, 1, sigpipe="default", timeout=30).outcomes[0]
+    assert outcome.status is Status.OK, outcome.report()  # SIGNALED by SIGPIPE if it leaked
+    errno_name, how, message = outcome.value  # type: ignore[misc]
     assert (errno_name, how) == ("EPIPE", "closed")
     assert message.startswith("send: closed [EPIPE] after ")
     assert "0 of 100 byte(s) written before the failure" in message
