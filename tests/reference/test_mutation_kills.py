@@ -709,3 +709,31 @@ def test_a_peer_receives_into_a_strided_two_dimensional_view(base_path: str) -> 
         thread.join(10.0)
     assert not caught and tail == b"!"
     assert (target[:, ::2] == expected).all() and not target[:, 1::2].any()
+
+
+def test_progress_is_shown_only_when_both_byte_counts_are_known() -> None:
+    assert str(BroadcastError("stopped", rank=1, bytes_done=5)) == "rank 1: stopped"
+    assert str(BroadcastError("stopped", bytes_total=9, elapsed=0.5)) == "after 0.50 s: stopped"
+    assert str(BroadcastError("stopped", bytes_done=5, bytes_total=9)) == (
+        "after 5/9 bytes: stopped"
+    )
+
+
+@pytest.mark.parametrize("kind", ["symlink", "loose", "foreign"])
+def test_an_untrusted_socket_directory_is_named_in_the_refusal(short_dir: str, kind: str) -> None:
+    directory = os.path.join(short_dir, "sockets")
+    if kind == "symlink":
+        os.mkdir(directory + ".real", 0o700)
+        os.symlink(directory + ".real", directory)
+    else:
+        os.mkdir(directory, 0o700)
+        if kind == "loose":
+            os.chmod(directory, 0o755)
+        elif os.geteuid() == 0:
+            os.chown(directory, 65534, -1)
+        else:
+            pytest.skip("making a directory of another owner needs root")
+    with pytest.raises(SecurityError) as info:
+        CpuTpBroadcaster().initialize(0, 2, os.path.join(directory, "g"))
+    assert info.value.path == directory
+    assert str(info.value).endswith(f"[path {directory}]")
