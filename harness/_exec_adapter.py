@@ -11,6 +11,11 @@ that is the driver's stdin and stdout. Why this shape:
   call), so stopping the rank stops the implementation's progress as well. The driver is
   started when the object is created, not lazily: PDEATHSIG follows the creating THREAD,
   and ranks create their broadcaster on the main thread even when they call it from others.
+* A SignalStorm is different: it must interrupt the implementation's blocking syscalls,
+  which run in the driver. After its hello the driver is registered as one of the rank's
+  companions (:mod:`._companions`) with the storm signals it declared, so the storm
+  signals it too; it is unregistered before it is reaped, so its pid is never signalled
+  after the kernel may have reused it.
 * A socket, not two pipes: ``send(MSG_NOSIGNAL)`` on the rank's side, so a dead driver is
   a clear :class:`ExecDriverError`, never a SIGPIPE in a rank that restored its default.
 * The object closes its end when it is collected (or at interpreter exit); the driver then
@@ -32,6 +37,7 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any, Final
 
+from . import _companions
 from ._contract import (
     Capability,
     Implementation,
@@ -99,6 +105,7 @@ def _stop(sock: socket.socket, proc: subprocess.Popen[bytes], owner: int) -> Non
     sock.close()
     if os.getpid() != owner:  # a forked child of the rank: the driver is not ours
         return
+    _companions.unregister(proc.pid)  # before the reap: never signal a reused pid
     try:
         proc.wait(timeout=_EXIT_GRACE)
     except subprocess.TimeoutExpired:
@@ -161,14 +168,26 @@ class _Driver:
         register_private_fd(ours.fileno())
         self._finalizer = weakref.finalize(self, _stop, ours, self.proc, os.getpid())
         self.startup_fds: frozenset[int] = frozenset()
+        self.hello: Hello | None = None  # this process's own hello, once it answered
 
     def handshake(self) -> None:
         """One hello round trip, then record the driver's fds: whatever it holds once it
         answers (the channel as stdin/stdout, stderr, the program fd, its runtime's own)
-        is plumbing, not something an ``initialize`` opened.  A failure is kept, and the
-        first member call raises it (as every later call does)."""
+        is plumbing, not something an ``initialize`` opened.  A driver that answered is
+        registered as a companion of this rank with the storm signals it declared.  A
+        failure is kept, and the first member call raises it (as every later call does)."""
         with contextlib.suppress(ExecDriverError, _ErrorReply):
-            self.call("hello", (request(Op.HELLO),))
+            body = self.call("hello", (request(Op.HELLO),))
+            try:
+                self.hello = decode_hello(body)
+            except ProtocolError as exc:
+                self._failed = ExecDriverError(
+                    f"{self._who()} broke the protocol in its hello reply: {exc}",
+                    rank=self.rank,
+                    command=self.command,
+                )
+        if self.hello is not None:
+            _companions.register(self.proc.pid, self.hello.storm_signals)
         self.startup_fds = _fds_of(self.proc.pid)
 
     def close(self) -> None:
@@ -185,6 +204,7 @@ class _Driver:
         return f"{rank}'s exec: driver {shlex.join(self.command)} (pid {self.proc.pid})"
 
     def _died(self, what: str, cause: str) -> ExecDriverError:
+        _companions.unregister(self.proc.pid)  # the wait below may reap it
         try:
             code = self.proc.wait(timeout=_EXIT_GRACE)
         except subprocess.TimeoutExpired:

@@ -4,11 +4,17 @@ Kept apart from the process handling so it can be read (and tested) as the proto
 SPEC.md's adapter section and ``conformance/adapters/exec/tpbcast_driver.h`` describe the
 same bytes. Every frame is ``u32 length`` (little-endian, bytes after this field) then the
 body; a request body starts with one op byte, a reply body with one status byte.
+
+Replies grow only at their end: a field added later is optional and trailing, a reader
+takes its default when the reply ends before it (an older driver) and ignores trailing
+bytes it does not know (a newer one). ``PROTOCOL_VERSION`` changes only when an existing
+field changes meaning; the hello's ``storm_signals`` was added this way, within version 1.
 """
 
 from __future__ import annotations
 
 import errno as _errno
+import signal
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +34,7 @@ __all__ = [
     "broadcast_header",
     "decode_error",
     "decode_hello",
+    "decode_storm_signals",
     "frame",
     "initialize_request",
     "request",
@@ -131,21 +138,60 @@ class Reader:
     def raw(self, n: int) -> memoryview:
         return self._take(n)
 
+    def remaining(self) -> int:
+        """Bytes not read yet (an optional trailing field is present iff > 0)."""
+        return len(self._body) - self._at
+
 
 @dataclass(frozen=True)
 class Hello:
-    """The driver's answer to ``H``: who it is and what it declares."""
+    """The driver's answer to ``H``: who it is and what it declares.
+
+    ``storm_signals``: the signals for which the driver installed a handler without
+    SA_RESTART, so a signal storm aimed at its rank may be sent to it too (its blocking
+    syscalls see EINTR); any other signal would most likely kill it.
+    """
 
     protocol: int
     name: str
     version: str
     capabilities: tuple[str, ...]
+    storm_signals: frozenset[int] = frozenset()
+
+
+# Signals no handler can take: a driver declaring one has misread what it declares.
+_UNCATCHABLE: Final = frozenset({signal.SIGKILL, signal.SIGSTOP})
+
+
+def decode_storm_signals(text: str) -> frozenset[int]:
+    """Space-separated signal names (``"SIGUSR1 SIGUSR2"``) as numbers.
+
+    :raises ProtocolError: a name this platform does not know, or SIGKILL / SIGSTOP.
+    """
+    numbers: set[int] = set()
+    for name in text.split():
+        try:
+            number = signal.Signals[name]
+        except KeyError:
+            raise ProtocolError(
+                f"storm_signals names {name!r}, which is not a signal name (e.g. 'SIGUSR1')"
+            ) from None
+        if number in _UNCATCHABLE:
+            raise ProtocolError(f"storm_signals names {name}, which no handler can take")
+        numbers.add(int(number))
+    return frozenset(numbers)
 
 
 def decode_hello(body: Reader) -> Hello:
-    """``u32 protocol, str name, str version, str capabilities`` (space-separated)."""
+    """``u32 protocol, str name, str version, str capabilities`` (space-separated), then
+    the optional ``str storm_signals`` (space-separated signal names; absent = none).
+
+    :raises ProtocolError: a short reply, or a storm signal that is not a catchable signal.
+    """
     protocol = body.i32()
-    return Hello(protocol, body.string(), body.string(), tuple(body.string().split()))
+    name, version, capabilities = body.string(), body.string(), tuple(body.string().split())
+    storm = decode_storm_signals(body.string()) if body.remaining() else frozenset[int]()
+    return Hello(protocol, name, version, capabilities, storm)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from . import _companions
 from ._outcome import signal_name
 from ._proc import PR_SET_PDEATHSIG_KILL, save_coverage, set_pdeathsig
 
@@ -199,12 +200,19 @@ class Delay(FaultAction):
 
 @dataclass(frozen=True)
 class SignalStorm(FaultAction):
-    """Send ``count`` signals, ``interval`` seconds apart, to this rank's main thread.
+    """Send ``count`` signals, ``interval`` seconds apart, to this rank's main thread and
+    to its companion processes that declared the signal.
 
     Installs a no-op handler with ``siginterrupt(sig, True)`` (no SA_RESTART) so blocking
-    syscalls in C code see EINTR; Python code retries them itself (PEP 475). Returns at
-    once: the storm runs in a daemon thread while the target continues; when it ends it
-    records ``signal-storm-done`` with the number sent and handled so far.
+    syscalls in C code see EINTR; Python code retries them itself (PEP 475). An ``exec:``
+    implementation's syscalls run in its driver process, so each signal also goes to every
+    companion registered in this rank (:mod:`._companions`) that declared it takes the
+    signal (SPEC.md, "exec: protocol", ``storm_signals``); one that did not is not
+    signalled, since the signal would most likely kill it. Returns at once: the storm
+    runs in a daemon thread while the target continues; when it ends it records
+    ``signal-storm-done`` with the number sent to the rank and handled so far,
+    ``companions_sent`` (``{pid: signals sent}``) and, when any, ``companions_not_signalled``
+    (``{pid: why}``).
     """
 
     signal: int = signal.SIGUSR2
@@ -231,15 +239,32 @@ class SignalStorm(FaultAction):
 
         def storm() -> None:
             sent = 0
+            to_companions: dict[int, int] = {}
+            not_signalled: dict[int, str] = {}
             for _ in range(self.count):
                 try:
                     signal.pthread_kill(target, self.signal)
                 except OSError:
                     break
                 sent += 1
+                delivery = _companions.send(self.signal)
+                for pid in delivery.sent:
+                    to_companions[pid] = to_companions.get(pid, 0) + 1
+                for pid in delivery.not_declared:
+                    not_signalled[pid] = f"{name} not declared"
+                for pid, error in delivery.failed:
+                    not_signalled[pid] = f"gone ({error})"
                 time.sleep(self.interval)  # pacing of the storm, not synchronisation
+            details: dict[str, object] = {"companions_sent": to_companions}
+            if not_signalled:
+                details["companions_not_signalled"] = not_signalled
             ctx.record(
-                "signal-storm-done", point=point, signal=name, sent=sent, handled_so_far=handled[0]
+                "signal-storm-done",
+                point=point,
+                signal=name,
+                sent=sent,
+                handled_so_far=handled[0],
+                **details,
             )
 
         threading.Thread(target=storm, name="tpbcast-signal-storm", daemon=True).start()

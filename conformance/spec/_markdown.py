@@ -126,7 +126,8 @@ needs only `conformance/adapters/exec/tpbcast_driver.h` (four calls; see its REA
 
 | op | request arguments | ok reply | member |
 |---|---|---|---|
-| `H` | - | `i32 protocol` (1), `str name`, `str version`, `str capabilities` | (load) |
+| `H` | - | `i32 protocol` (1), `str name`, `str version`, `str capabilities`, \
+optional `str storm_signals` | (load) |
 | `I` | `i32 rank`, `i32 world_size`, `str base_path` | - | `initialize` |
 | `B` | `i32 root`, `u64 n`, this rank's n bytes | `u64 n`, the bytes after the call | `broadcast` |
 | `R` | - | - | `reset` |
@@ -136,6 +137,21 @@ needs only `conformance/adapters/exec/tpbcast_driver.h` (four calls; see its REA
 
 Capabilities are space-separated names. In `D`, -1 waits forever and -2 keeps a deadline as it
 is; a driver that does not declare `deadlines` / `generation` answers `D` / `G` with an error.
+
+- **Versions.** A reply grows only at its end: a field added later is optional (a reply that
+  ends before it means its default) and a reader ignores trailing bytes it does not know.
+  `protocol` changes only when an existing field changes meaning; the suite refuses any number
+  but its own. `storm_signals` was added this way, within protocol 1.
+- **Signal storms.** `storm_signals` (space-separated names, e.g. `SIGUSR1 SIGUSR2`; absent or
+  empty = none) lists the signals for which the driver installed, before its hello, a handler
+  without SA_RESTART: its blocking syscalls then return EINTR and it retries them. A
+  `SignalStorm` fault aimed at a rank sends each of its signals to the rank and to every live
+  driver of that rank that declared the signal; a driver that did not is never signalled (the
+  signal would most likely kill it). The storm's `signal-storm-done` record names each driver
+  pid with the count sent to it (`companions_sent`) and the ones not signalled, with why
+  (`companions_not_signalled`). SIGKILL, SIGSTOP or an unknown name is a load error. The C kit
+  declares SIGUSR1 and SIGUSR2 (`.keep_signals = 1` opts out) and, when its channel ends, writes
+  the counts it handled to stderr.
 
 - **Errors.** An error reply is `u8 1`, `str class`, `str message`, `i32 rank`, `i32 peer`,
   `i32 errno`, `i64 bytes_done`, `i64 bytes_total`, `i64 elapsed_us`, `str phase`, `str path`,

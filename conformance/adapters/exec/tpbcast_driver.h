@@ -34,6 +34,13 @@
  *     peer_closed, timeout (TimeoutError), security (PermissionError); anything
  *     else is the root class (a RuntimeError).
  * The driver must not be multi-threaded on the channel: calls arrive one at a time.
+ *
+ * Signal storms: at startup the kit installs a no-op handler for SIGUSR1 and SIGUSR2
+ * WITHOUT SA_RESTART (and unblocks them), and declares them in its hello as storm
+ * signals, so a SignalStorm fault aimed at the rank is sent here too: your blocking
+ * syscalls then return -1/EINTR and must retry (that is what the fault tests).  When
+ * the channel ends, the kit writes how many it handled to stderr.  Set .keep_signals
+ * if your code uses SIGUSR1/SIGUSR2 itself: the kit then installs and declares nothing.
  * Only C11 + POSIX; no allocation survives a request except the payload buffer.
  */
 #ifndef TPBCAST_DRIVER_H
@@ -46,6 +53,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -83,6 +91,8 @@ struct tpbcast_driver {
     int (*set_deadlines_ms)(void *self, long long connect, long long init, long long io,
                             struct tpbcast_error *err);
     unsigned long long (*generation)(void *self);
+    /* Nonzero: leave SIGUSR1/SIGUSR2 alone and declare no storm signals. */
+    int keep_signals;
 };
 
 int tpbcast_driver_main(const struct tpbcast_driver *d);
@@ -168,6 +178,47 @@ static void tpbcast_put_error_(struct tpbcast_out_ *o, const struct tpbcast_erro
     tpbcast_put_str_(o, e->errno_name);
 }
 
+/* Storm signals: handled (counted) without SA_RESTART, so syscalls see EINTR. */
+static volatile sig_atomic_t tpbcast_storm_usr1_, tpbcast_storm_usr2_;
+static const char *tpbcast_storm_names_ = ""; /* declared in the hello */
+
+static void tpbcast_storm_handler_(int sig) {
+    if (sig == SIGUSR1) tpbcast_storm_usr1_ = tpbcast_storm_usr1_ + 1;
+    else tpbcast_storm_usr2_ = tpbcast_storm_usr2_ + 1;
+}
+
+static void tpbcast_take_storm_signals_(void) {
+    struct sigaction sa;
+    sigset_t both;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = tpbcast_storm_handler_;
+    sa.sa_flags = 0; /* no SA_RESTART: a blocking syscall returns EINTR */
+    sigemptyset(&both);
+    sigaddset(&both, SIGUSR1);
+    sigaddset(&both, SIGUSR2);
+    sa.sa_mask = both; /* one handler at a time: the counters have one writer */
+    if (sigaction(SIGUSR1, &sa, NULL) != 0 || sigaction(SIGUSR2, &sa, NULL) != 0 ||
+        sigprocmask(SIG_UNBLOCK, &both, NULL) != 0) {
+        perror("tpbcast_driver: installing the storm signal handlers (declaring none)");
+        return;
+    }
+    tpbcast_storm_names_ = "SIGUSR1 SIGUSR2";
+}
+
+/* After the channel ended: block them (a late one cannot cut the line short), report. */
+static void tpbcast_storm_report_(void) {
+    if (!tpbcast_storm_names_[0]) return; /* not ours (keep_signals, or install failed) */
+    sigset_t both;
+    sigemptyset(&both);
+    sigaddset(&both, SIGUSR1);
+    sigaddset(&both, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &both, NULL);
+    long usr1 = (long)tpbcast_storm_usr1_, usr2 = (long)tpbcast_storm_usr2_;
+    if (usr1 || usr2)
+        fprintf(stderr, "tpbcast_driver: pid %ld handled storm signals: SIGUSR1 %ld, SIGUSR2 %ld\n",
+                (long)getpid(), usr1, usr2);
+}
+
 static struct tpbcast_error tpbcast_unknown_(void) {
     struct tpbcast_error e = {NULL, NULL, -1, -1, 0, -1, -1, -1, NULL, NULL, NULL};
     return e;
@@ -190,6 +241,7 @@ static int tpbcast_serve_(const struct tpbcast_driver *d, int fd, unsigned char 
         tpbcast_put_str_(&o, d->name);
         tpbcast_put_str_(&o, d->version);
         tpbcast_put_str_(&o, d->capabilities);
+        tpbcast_put_str_(&o, tpbcast_storm_names_); /* optional trailing field */
         break;
     case TPBCAST_OP_INIT: {
         if (n < 13 || 13 + tpbcast_get_u_(body + 9, 4) != n) goto bad;
@@ -273,25 +325,34 @@ int tpbcast_driver_main(const struct tpbcast_driver *d) {
         return 2;
     }
     close(null_fd);
+    /* 3. Storm signals, before the hello that declares them. */
+    if (!d->keep_signals) tpbcast_take_storm_signals_();
+    int rc = 0;
     for (;;) {
         unsigned char head[4];
         int got = tpbcast_read_all_(fd, head, 4);
         if (got == 0) break; /* the rank closed the channel: a normal end */
-        if (got < 0) { perror("tpbcast_driver: reading a request"); return 3; }
+        if (got < 0) { perror("tpbcast_driver: reading a request"); rc = 3; break; }
         size_t n = (size_t)tpbcast_get_u_(head, 4);
         unsigned char *body = (unsigned char *)malloc(n ? n : 1);
-        if (!body) { fprintf(stderr, "tpbcast_driver: out of memory (%zu bytes)\n", n); return 3; }
+        if (!body) {
+            fprintf(stderr, "tpbcast_driver: out of memory (%zu bytes)\n", n);
+            rc = 3;
+            break;
+        }
         if (tpbcast_read_all_(fd, body, n) != 1 && n) {
             perror("tpbcast_driver: reading a request body");
             free(body);
-            return 3;
+            rc = 3;
+            break;
         }
-        int rc = tpbcast_serve_(d, fd, body, n);
+        int served = tpbcast_serve_(d, fd, body, n);
         free(body);
-        if (rc != 0) return 3;
+        if (served != 0) { rc = 3; break; }
     }
     close(fd);
-    return 0;
+    tpbcast_storm_report_();
+    return rc;
 }
 
 #endif /* TPBCAST_DRIVER_H */
