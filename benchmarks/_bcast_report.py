@@ -151,6 +151,18 @@ def _markdown(run: dict[str, Any]) -> str:
         md.append(f"| {text} | {value:.2f} | {'met' if met else '**missed**'} |")
     md += [
         "",
+        "Where the reference's extra time goes at small sizes (a property of the code; "
+        "check it with `strace -f -c` on a run of either): per round the raw star makes one "
+        "`sendto` per peer on rank 0 and one blocking `recvfrom` on each peer; the "
+        "reference makes the same `sendto` (non-blocking, it succeeds at once) and, on each "
+        "peer, one `poll` (the whole-call I/O deadline, the abort pipe of a concurrent "
+        "`reset()`, EINTR not extending the wait) before the same one `recvfrom`. The rest is "
+        "Python per call: the re-entrancy claim, the state and root checks, the buffer "
+        "check, restarting the deadline. A kernel-side timeout (SO_RCVTIMEO) would save the "
+        "`poll`, but CPython restarts an interrupted blocking call with the full timeout, so "
+        "a signal storm would extend the deadline (TIME-9). At TP 4 and 8 the ranks share "
+        "2 cores, so every peer's extra CPU time adds up on the critical path.",
+        "",
         "### p50 ratios to the raw star (above 1 = slower than the raw star)",
         "",
         "| TP | size | reference | gloo | shm |",
@@ -243,7 +255,7 @@ def _plots(run: dict[str, Any], out: Path) -> None:
 def _throughput_plot(plt: Any, run: dict[str, Any], out: Path, where: str) -> None:
     sizes = run["sizes"]
     tps = list(run["groups"])
-    fig, axes = plt.subplots(1, len(tps), figsize=(6 * len(tps), 5.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(tps), figsize=(6 * len(tps), 6.0), squeeze=False)
     for ax, tp in zip(axes[0], tps, strict=True):
         for name in run["methods"]:
             cells = [run["groups"][tp][name][str(s)] for s in sizes]
@@ -254,9 +266,10 @@ def _throughput_plot(plt: Any, run: dict[str, Any], out: Path, where: str) -> No
         ax.set_ylabel("payload throughput (GB/s = bytes / p50 round, log)")
         over = " (oversubscribed)" if int(tp) > run["cpus"] else ""
         ax.set_title(f"TP {tp}{over}")
-    axes[0][0].legend(fontsize=8, loc="upper left")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9)
     fig.suptitle(f"Broadcast throughput vs payload size — {where}")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(out / "broadcast_throughput.png", dpi=110)
     plt.close(fig)
 
