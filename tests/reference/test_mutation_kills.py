@@ -33,6 +33,7 @@ from tpbcast.reference_impl import (
     BrokenBroadcasterError,
     ConfigurationError,
     CpuTpBroadcaster,
+    HandshakeError,
     NotInitializedError,
     PeerClosedError,
     SecurityError,
@@ -222,7 +223,7 @@ def test_a_rank_that_never_connects_is_named_when_the_init_deadline_passes(
     assert isinstance(err, BroadcastTimeoutError)
     assert (err.rank, err.phase, err.errno_name) == (0, "accept", "ETIMEDOUT")
     assert err.path == base_path + "_0.sock"
-    assert "passed with 0/2 peers connected; missing rank(s) [1, 2]" in str(err)
+    assert "deadline of 0.2 s passed with 0/2 peers connected; missing rank(s) [1, 2]" in str(err)
 
 
 def test_a_half_announced_rank_at_the_deadline_is_blamed_with_its_bytes(base_path: str) -> None:
@@ -416,6 +417,7 @@ def test_a_multi_buffer_receive_deadline_counts_the_whole_transfer(base_path: st
     err = info.value
     assert (err.rank, err.peer, err.phase, err.errno_name) == (1, 0, "broadcast", "ETIMEDOUT")
     assert (err.bytes_done, err.bytes_total) == (0, 8)
+    assert ": deadline of 0.3 s passed (no data from peer) (ETIMEDOUT)" in str(err)
 
 
 @pytest.mark.parametrize("side", ["root", "peer"])
@@ -478,6 +480,7 @@ def test_a_long_failure_reason_is_kept_to_300_characters(base_path: str) -> None
         bcast.reset()
     assert f"({'x' * 300}...)" in str(info.value)
     assert (info.value.rank, info.value.phase) == (0, "broadcast")
+    assert repr(bcast).startswith("<CpuTpBroadcaster uninitialized rank=None")  # after reset
 
 
 # -- torch tensors (in forked ranks only: never torch in the pytest process) --------------
@@ -737,3 +740,84 @@ def test_an_untrusted_socket_directory_is_named_in_the_refusal(short_dir: str, k
         CpuTpBroadcaster().initialize(0, 2, os.path.join(directory, "g"))
     assert info.value.path == directory
     assert str(info.value).endswith(f"[path {directory}]")
+
+
+def test_a_joined_peer_that_talks_before_the_probe_is_named(base_path: str) -> None:
+    done = threading.Event()
+
+    def chatty() -> None:
+        sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        with sock:
+            wire.send_all(sock, wire.pack_rank(1) + b"??", wire.Deadline.after(5.0))
+            done.wait(10.0)
+
+    thread = _in_thread(chatty)
+    try:
+        err = _root_error(base_path, 3, init_timeout=10.0)
+    finally:
+        done.set()
+        thread.join(10.0)
+    assert isinstance(err, HandshakeError)
+    assert (err.rank, err.peer, err.phase) == (0, 1, "accept")
+    assert (
+        f"peer 1 (pid {os.getpid()}) sent 2 unexpected byte(s) after its rank, before the "
+        "link probe"
+    ) in str(err)
+
+
+def test_repr_shows_the_state(base_path: str) -> None:
+    bcast = CpuTpBroadcaster()
+    assert repr(bcast) == (
+        "<CpuTpBroadcaster uninitialized rank=None world_size=None base_path=None generation=0>"
+    )
+    bcast.initialize(0, 1, base_path)
+    try:
+        assert repr(bcast) == (
+            f"<CpuTpBroadcaster initialized rank=0 world_size=1 base_path={base_path!r} "
+            "generation=0>"
+        )
+    finally:
+        bcast.reset()
+    assert repr(bcast).endswith("generation=1>")
+
+
+def test_an_overlapping_call_is_refused_naming_both_calls(base_path: str) -> None:
+    with _pair(base_path, io_timeout=30.0) as (_root, peer):
+        caught: list[BaseException] = []
+
+        def receive() -> None:  # waits: rank 0 sends nothing
+            try:
+                peer.broadcast(bytearray(4))
+            except BaseException as exc:
+                caught.append(exc)
+
+        thread = _in_thread(receive)
+        _when_broadcasting(peer)
+        with pytest.raises(BroadcastError) as info:
+            peer.broadcast(bytearray(4))
+        peer.reset()  # aborts the waiting receive
+        thread.join(15.0)
+    assert str(info.value) == (
+        "rank 1: in phase 'broadcast': broadcast() called while broadcast() is running "
+        "(another thread or a signal handler); a broadcaster is not re-entrant"
+    )
+
+
+def test_more_buffers_than_one_sendmsg_takes_arrive_in_order(base_path: str) -> None:
+    """Over IOV_MAX (1024) buffers rank 0 skips the one-sendmsg path and sends them one by one."""
+    count = 1500
+    sent = [bytes([i % 251]) * 3 for i in range(count)]
+    received = [bytearray(3) for _ in range(count)]
+    with _pair(base_path, io_timeout=20.0) as (root, peer):
+        caught: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                root.broadcast(sent)
+            except BaseException as exc:
+                caught.append(exc)
+
+        thread = _in_thread(send)
+        peer.broadcast(received)
+        thread.join(20.0)
+    assert not caught and [bytes(r) for r in received] == sent
