@@ -238,10 +238,15 @@ def sample(modules: list[str], size: int, seed: int) -> list[str]:
 
 @dataclass(frozen=True)
 class Equivalent:
+    """A triaged survivor: ``kind`` "equivalent" (no behaviour changes; subtracted in the
+    score after equivalents) or "untestable" (behaviour changes, but no test can run it on
+    this machine, e.g. the NCCL branch without a GPU; still counted as not detected)."""
+
     function: str
     removed: tuple[str, ...]
     added: tuple[str, ...]
     reason: str
+    kind: str = "equivalent"
 
 
 def _changed_lines(diff: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -261,7 +266,13 @@ def load_equivalents() -> list[Equivalent]:
         return []
     data = tomllib.loads(EQUIVALENTS.read_text())
     return [
-        Equivalent(e["function"], _lines(e["removed"]), _lines(e["added"]), e["reason"].strip())
+        Equivalent(
+            e["function"],
+            _lines(e["removed"]),
+            _lines(e["added"]),
+            e["reason"].strip(),
+            e.get("kind", "equivalent"),
+        )
         for e in data.get("equivalent", [])
     ]
 
@@ -297,12 +308,14 @@ def write_reports(run_info: dict[str, Any]) -> int:
     diffs = _diffs(open_names)
     equivalents = load_equivalents()
     reasons: dict[str, str] = {}
+    kinds: dict[str, str] = {}
     used: set[int] = set()
     for name in open_names:
         removed, added = _changed_lines(diffs[name])
         for index, eq in enumerate(equivalents):
             if eq.function == _function_of(name) and (eq.removed, eq.added) == (removed, added):
                 reasons[name] = eq.reason
+                kinds[name] = eq.kind
                 used.add(index)
                 break
     per_module: dict[str, Counter[str]] = {}
@@ -310,8 +323,10 @@ def write_reports(run_info: dict[str, Any]) -> int:
         counter = per_module.setdefault(_module_of(name), Counter())
         counter[status] += 1
         counter["total"] += 1
-        if name in reasons:
+        if kinds.get(name) == "equivalent":
             counter["equivalent"] += 1
+        elif name in kinds:
+            counter["untestable"] += 1
     total: Counter[str] = Counter()
     for counter in per_module.values():
         total.update(counter)
@@ -319,7 +334,7 @@ def write_reports(run_info: dict[str, Any]) -> int:
     REPORT_DIR.mkdir(parents=True, exist_ok=True)
     untriaged = [n for n in open_names if n not in reasons]
     _write_summary(per_module, total, run_info, len(untriaged), _setup_check(statuses))
-    _write_survivors(open_names, statuses, diffs, reasons)
+    _write_survivors(open_names, statuses, diffs, reasons, kinds)
     stale = [eq for i, eq in enumerate(equivalents) if i not in used]
     results = {
         "run": run_info,
@@ -448,6 +463,9 @@ def _write_summary(
         )
         + ".",
         "",
+        f"Survivors triaged as not killable on this machine (counted as not detected): "
+        f"{total['untestable']}.",
+        "",
         f"Not yet judged (no verdict in the cache): {not_checked}.  Survivors without a test "
         f"that kills them or a written reason (untriaged): {untriaged}.",
         "",
@@ -457,7 +475,11 @@ def _write_summary(
 
 
 def _write_survivors(
-    open_names: list[str], statuses: dict[str, str], diffs: dict[str, str], reasons: dict[str, str]
+    open_names: list[str],
+    statuses: dict[str, str],
+    diffs: dict[str, str],
+    reasons: dict[str, str],
+    kinds: dict[str, str],
 ) -> None:
     lines = [
         "# Mutants of `tpbcast.reference_impl` no test detects",
@@ -467,7 +489,9 @@ def _write_survivors(
         "`tests/reference/test_mutation_*.py`) is no longer listed here.",
         "",
         f"{len(open_names)} not detected: "
-        f"{sum(1 for n in open_names if n in reasons)} equivalent (reason below), "
+        f"{sum(1 for n in open_names if kinds.get(n) == 'equivalent')} equivalent, "
+        f"{sum(1 for n in open_names if kinds.get(n) == 'untestable')} not killable on this "
+        "machine (reasons below), "
         f"{sum(1 for n in open_names if n not in reasons)} untriaged.",
         "",
     ]
@@ -497,7 +521,12 @@ def _write_survivors(
             diffs[name],
             "```",
             "",
-            f"**Equivalent:** {triage}" if triage else "**UNTRIAGED**",
+            (
+                f"**{'Equivalent' if kinds[name] == 'equivalent' else 'Not killable here'}:** "
+                f"{triage}"
+            )
+            if triage
+            else "**UNTRIAGED**",
             "",
         ]
     (REPORT_DIR / "survivors.md").write_text("\n".join(lines))
