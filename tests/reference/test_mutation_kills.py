@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -37,12 +38,14 @@ from tpbcast.reference_impl import (
     NotInitializedError,
     PeerClosedError,
     SecurityError,
+    bootstrap,
     make_base_path,
 )
 from tpbcast.reference_impl import _bootstrap as bootstrap_module
 from tpbcast.reference_impl import _broadcaster as broadcaster_module
 from tpbcast.reference_impl._errors import errno_name
 from tpbcast.reference_impl._paths import prepare_socket_path
+from tpbcast.reference_impl.conformance_adapter import make
 
 # A base path whose socket path (<base>_0.sock) is 108 bytes: one over sun_path.
 _TOO_LONG = "/tmp/" + "p" * (107 - len("/tmp/") - len("_0.sock") + 1)
@@ -821,3 +824,53 @@ def test_more_buffers_than_one_sendmsg_takes_arrive_in_order(base_path: str) -> 
         peer.broadcast(received)
         thread.join(20.0)
     assert not caught and [bytes(r) for r in received] == sent
+
+
+# -- the dispatch hook's plain-type surface (no process group needed) ---------------------
+
+
+def test_make_dispatcher_turns_deadlines_into_the_broadcaster_config(short_dir: str) -> None:
+    adapter = make().make_dispatcher(
+        engine=object(), rank=3, world_size=4, workdir=short_dir, group_timeout=8.0,
+        connect=1.0, init=1.5, io=2.5,
+    )  # fmt: skip
+    assert (adapter.rank, adapter.world_size) == (3, 4)  # type: ignore[attr-defined]
+    assert adapter.config == BroadcasterConfig(  # type: ignore[attr-defined]
+        connect_timeout=1.0, init_timeout=1.5, io_timeout=2.5
+    )
+    defaults = make().make_dispatcher(
+        engine=object(), rank=0, world_size=2, workdir=short_dir, group_timeout=8.0, io=math.inf
+    )
+    assert defaults.config == BroadcasterConfig(  # type: ignore[attr-defined]
+        connect_timeout=2.0, init_timeout=2.0, io_timeout=None
+    )
+
+
+def test_broadcast_cpu_before_bootstrap_is_refused_naming_the_rank(short_dir: str) -> None:
+    reference = make()
+    adapter: Any = reference.make_dispatcher(
+        engine=object(), rank=3, world_size=4, workdir=short_dir
+    )
+    assert adapter.path == "collective"
+    with pytest.raises(NotInitializedError) as info:
+        adapter.broadcast_cpu([bytearray(1)])
+    assert (info.value.rank, info.value.phase) == (3, "dispatch")
+    assert str(info.value) == (
+        "rank 3: in phase 'dispatch': call bootstrap() before broadcast_cpu()"
+    )
+    adapter.teardown()  # nothing bootstrapped: resets the adapter's own broadcaster
+    assert reference.generation == 1
+
+
+def test_bootstrap_refuses_a_group_timeout_inside_the_bootstrap_budget(base_path: str) -> None:
+    """Checked before the process group is touched (no torch in this process)."""
+    slow = CpuTpBroadcaster(BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0))
+    with pytest.raises(ConfigurationError) as info:
+        bootstrap(
+            slow, tp_rank=1, tp_size=2, local_world_size=2, base_path=base_path, group_timeout=5.0
+        )
+    assert (info.value.rank, info.value.phase) == (1, "bootstrap")
+    assert (
+        "process-group timeout 5 s must exceed the broadcaster's bootstrap budget "
+        "connect_timeout + init_timeout = 20 s"
+    ) in str(info.value)
