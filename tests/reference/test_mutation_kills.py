@@ -874,3 +874,28 @@ def test_bootstrap_refuses_a_group_timeout_inside_the_bootstrap_budget(base_path
         "process-group timeout 5 s must exceed the broadcaster's bootstrap budget "
         "connect_timeout + init_timeout = 20 s"
     ) in str(info.value)
+
+
+def test_several_buffers_to_a_departed_peer_raise_even_with_sigpipe_at_default(
+    base_path: str,
+) -> None:
+    """The one-sendmsg path passes MSG_NOSIGNAL too: EPIPE, not death by SIGPIPE."""
+
+    def rank_main(ctx: RankContext) -> str | None:
+        bcast = CpuTpBroadcaster(BroadcasterConfig(init_timeout=10.0, io_timeout=10.0))
+        bcast.initialize(ctx.rank, 2, base_path)
+        if ctx.rank == 1:
+            bcast.reset()  # leaves: its end of the link closes
+            ctx.notify("left")
+            return None
+        ctx.wait("left")
+        try:
+            with pytest.raises(PeerClosedError) as info:
+                for _ in range(8):  # the first call may still fit the socket buffer
+                    bcast.broadcast([bytearray(1 << 20), bytearray(1 << 20)])
+            return info.value.errno_name
+        finally:
+            bcast.reset()
+
+    result = run_ranks(rank_main, 2, timeout=30.0, sigpipe="default")
+    assert result.values()[0] in {"EPIPE", "ECONNRESET"}
