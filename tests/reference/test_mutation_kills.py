@@ -899,3 +899,34 @@ def test_several_buffers_to_a_departed_peer_raise_even_with_sigpipe_at_default(
 
     result = run_ranks(rank_main, 2, timeout=30.0, sigpipe="default")
     assert result.values()[0] in {"EPIPE", "ECONNRESET"}
+
+
+def test_a_reset_in_the_middle_of_a_receive_is_a_peer_closing_with_the_bytes_so_far(
+    base_path: str,
+) -> None:
+    """Rank 0 (a wire-v1 stand-in) sends 3 of 8 bytes and closes with our rank handshake
+    still unread in its queue: Linux then reports ECONNRESET, after the queued bytes."""
+    ready = threading.Event()
+
+    def partial_root() -> None:
+        listener = wire.listen(base_path + "_0.sock", 1)
+        with listener:
+            ready.set()
+            conn = wire.accept(listener, wire.Deadline.after(10.0))
+            with conn:  # never reads the 4-byte rank: closing then resets the link
+                wire.send_all(conn, bytes([wire.PROBE]) + b"abc", wire.Deadline.after(10.0))
+
+    thread = _in_thread(partial_root)
+    assert ready.wait(10.0)
+    config = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0, io_timeout=10.0)
+    peer = CpuTpBroadcaster(config)
+    try:
+        peer.initialize(1, 2, base_path)
+        thread.join(10.0)
+        with pytest.raises(PeerClosedError) as info:
+            peer.broadcast(bytearray(8))
+    finally:
+        peer.reset()
+        thread.join(10.0)
+    err = info.value
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (3, 8, "ECONNRESET")
