@@ -347,6 +347,17 @@ def _judge_bad_peer(case, root, peer1, rogue: PeerSeen, *, timed, checks):
                 0,
             )
         )
+        if case.kind != "truncated" and root.init.failed:
+            announced = unpack_rank(case.handshake)
+            checks.append(
+                Judged(
+                    cid,
+                    s.mentions(root.init.raised, announced),
+                    f"rank 0's error names the {case.kind.replace('_', '-')} rank {announced}",
+                    root.init,
+                    0,
+                )
+            )
         if timed and case.deadlines[0] == STALL_DEADLINE and root.init.failed:
             checks.append(
                 Judged(
