@@ -37,7 +37,8 @@ STORM_THREAD = "tpbcast-signal-storm"
 STORM_BUDGET = 30.0  # how long a test waits for a storm thread to end (bounded)
 # The kit's line on stderr when its channel ends (tpbcast_driver.h, tpbcast_storm_report_).
 HANDLED = re.compile(
-    r"tpbcast_driver: pid (\d+) handled storm signals: SIGUSR1 (\d+), SIGUSR2 (\d+)"
+    r"tpbcast_driver: pid (\d+) handled storm signals: SIGUSR1 (\d+), SIGUSR2 (\d+); "
+    r"its channel I/O retried EINTR (\d+) time"
 )
 
 
@@ -157,7 +158,7 @@ def test_a_storm_reaches_the_exec_driver_and_every_byte_arrives(native_exec):
     assert result.outcomes[0].value["during_storm"] > 0, "no round ran while the storm lasted"
     assert not result.survivors
     for outcome in result.outcomes:  # the drivers' own count (see the next test)
-        counts = {int(p): int(u2) for p, _, u2 in HANDLED.findall(outcome.stderr)}
+        counts = {int(p): int(u2) for p, _, u2, _ in HANDLED.findall(outcome.stderr)}
         assert counts.get(outcome.value["driver"], 0) > 0, outcome.stderr
 
 
@@ -182,8 +183,10 @@ def _storm_then_close(ctx: RankContext, impl: Any, broadcast: bool) -> dict[str,
 
 def test_the_driver_itself_handles_the_storm(native_exec):
     """(b) Proof from the driver's side, not the rank's: the kit has handlers for SIGUSR1
-    and SIGUSR2 (SigCgt) and, when its channel ends, reports how many it handled; with a
-    storm of SIGUSR2 aimed at the rank, that count is > 0 for the rank's own driver."""
+    and SIGUSR2 (SigCgt) and, when its channel ends, reports how many it handled and how
+    often its own channel I/O saw EINTR. The storm hits the driver idle in ``read`` of the
+    next request: both counts are > 0 for the rank's own driver (EINTR > 0 also proves the
+    handler has no SA_RESTART, with which the kernel restarts the read unseen)."""
     impl = load_implementation(native_exec)
     plan = FaultPlan().at(0, "storm", SignalStorm(signal.SIGUSR2, count=100, interval=0.0005))
     result = run_ranks(_storm_then_close, 1, args=(impl, False), timeout=60, faults=plan)
@@ -194,12 +197,13 @@ def test_the_driver_itself_handles_the_storm(native_exec):
     assert value["caught"] & mask == mask, f"driver SigCgt {value['caught']:#x}"
     (done,) = _done_records(outcome)
     assert done["companions_sent"].get(value["driver"], 0) > 0, done
-    counts = {int(p): (int(u1), int(u2)) for p, u1, u2 in HANDLED.findall(outcome.stderr)}
+    counts = {int(p): tuple(map(int, n)) for p, *n in HANDLED.findall(outcome.stderr)}
     assert value["driver"] in counts, (
         f"driver {value['driver']} reported nothing: {outcome.stderr!r}"
     )
-    usr1, usr2 = counts[value["driver"]]
+    usr1, usr2, eintr = counts[value["driver"]]
     assert usr2 > 0 and usr1 == 0, counts
+    assert eintr > 0, f"the driver's blocked read never saw EINTR (SA_RESTART?): {counts}"
     assert usr2 <= done["companions_sent"][value["driver"]]  # signals coalesce, never multiply
 
 

@@ -137,12 +137,15 @@ static unsigned long long tpbcast_get_u_(const unsigned char *p, int bytes) {
     return v;
 }
 
+/* EINTRs the kit's own channel I/O retried (reported with the storm counts). */
+static long tpbcast_eintr_;
+
 static int tpbcast_write_all_(int fd, const void *buf, size_t n) {
     const char *p = (const char *)buf;
     while (n) {
         ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
         if (k < 0 && errno == ENOTSOCK) k = write(fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && errno == EINTR) { tpbcast_eintr_++; continue; }
         if (k <= 0) return -1;
         p += k; n -= (size_t)k;
     }
@@ -155,7 +158,7 @@ static int tpbcast_read_all_(int fd, void *buf, size_t n) {
     size_t got = 0;
     while (got < n) {
         ssize_t k = read(fd, p + got, n - got);
-        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && errno == EINTR) { tpbcast_eintr_++; continue; }
         if (k < 0) return -1;
         if (k == 0) return got == 0 ? 0 : -1;
         got += (size_t)k;
@@ -215,8 +218,10 @@ static void tpbcast_storm_report_(void) {
     sigprocmask(SIG_BLOCK, &both, NULL);
     long usr1 = (long)tpbcast_storm_usr1_, usr2 = (long)tpbcast_storm_usr2_;
     if (usr1 || usr2)
-        fprintf(stderr, "tpbcast_driver: pid %ld handled storm signals: SIGUSR1 %ld, SIGUSR2 %ld\n",
-                (long)getpid(), usr1, usr2);
+        fprintf(stderr,
+                "tpbcast_driver: pid %ld handled storm signals: SIGUSR1 %ld, SIGUSR2 %ld; "
+                "its channel I/O retried EINTR %ld time(s)\n",
+                (long)getpid(), usr1, usr2, tpbcast_eintr_);
 }
 
 static struct tpbcast_error tpbcast_unknown_(void) {
