@@ -901,10 +901,11 @@ def test_several_buffers_to_a_departed_peer_raise_even_with_sigpipe_at_default(
     assert result.values()[0] in {"EPIPE", "ECONNRESET"}
 
 
-def test_a_reset_in_the_middle_of_a_receive_is_a_peer_closing_with_the_bytes_so_far(
-    base_path: str,
+@pytest.mark.parametrize("sent", [b"", b"abc"], ids=["at-the-first-read", "mid-transfer"])
+def test_a_reset_during_a_receive_is_a_peer_closing_with_the_bytes_so_far(
+    base_path: str, sent: bytes
 ) -> None:
-    """Rank 0 (a wire-v1 stand-in) sends 3 of 8 bytes and closes with our rank handshake
+    """Rank 0 (a wire-v1 stand-in) sends some of 8 bytes and closes with our rank handshake
     still unread in its queue: Linux then reports ECONNRESET, after the queued bytes."""
     ready = threading.Event()
 
@@ -914,7 +915,7 @@ def test_a_reset_in_the_middle_of_a_receive_is_a_peer_closing_with_the_bytes_so_
             ready.set()
             conn = wire.accept(listener, wire.Deadline.after(10.0))
             with conn:  # never reads the 4-byte rank: closing then resets the link
-                wire.send_all(conn, bytes([wire.PROBE]) + b"abc", wire.Deadline.after(10.0))
+                wire.send_all(conn, bytes([wire.PROBE]) + sent, wire.Deadline.after(10.0))
 
     thread = _in_thread(partial_root)
     assert ready.wait(10.0)
@@ -929,4 +930,7 @@ def test_a_reset_in_the_middle_of_a_receive_is_a_peer_closing_with_the_bytes_so_
         peer.reset()
         thread.join(10.0)
     err = info.value
-    assert (err.bytes_done, err.bytes_total, err.errno_name) == (3, 8, "ECONNRESET")
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (len(sent), 8, "ECONNRESET")
+    assert str(err).startswith(
+        f"rank 1: read from rank 0 failed in phase 'broadcast' after {len(sent)}/8 bytes"
+    )
