@@ -203,14 +203,31 @@ def pending_names(modules: list[str]) -> list[str]:
     sampled = [m for m in modules if m in sizes]
     drawn = {n for m in sampled for n in sample([m], sizes[m], seed)}
     names = []
-    for name, code in _verdicts().items():
+    verdicts = _verdicts()
+    for name, code in verdicts.items():
         module = _module_of(name)
         if module not in modules:
             continue
         unjudged_in_scope = code is None and (module not in sampled or name in drawn)
         if unjudged_in_scope or (code is not None and _status(code) in UNDETECTED):
             names.append(name)
-    return names
+    # A survivor already triaged (equivalent or untestable) would only survive again, at
+    # the full price of its tests: keep its verdict.
+    triaged = _triaged([n for n in names if verdicts[n] is not None])
+    return [n for n in names if n not in triaged]
+
+
+def _triaged(names: list[str]) -> set[str]:
+    equivalents = load_equivalents()
+    found = set()
+    for name, diff in _diffs(names).items():
+        removed, added = _changed_lines(diff)
+        if any(
+            eq.function == _function_of(name) and (eq.removed, eq.added) == (removed, added)
+            for eq in equivalents
+        ):
+            found.add(name)
+    return found
 
 
 def _sample_sizes() -> tuple[dict[str, int], int]:
