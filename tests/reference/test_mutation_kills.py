@@ -32,12 +32,14 @@ from tpbcast.reference_impl import (
     BroadcastError,
     BroadcastTimeoutError,
     BrokenBroadcasterError,
+    CollectiveError,
     ConfigurationError,
     CpuTpBroadcaster,
     HandshakeError,
     NotInitializedError,
     PeerClosedError,
     SecurityError,
+    TorchDistributedEngine,
     bootstrap,
     make_base_path,
 )
@@ -934,3 +936,40 @@ def test_a_reset_during_a_receive_is_a_peer_closing_with_the_bytes_so_far(
     assert str(err).startswith(
         f"rank 1: read from rank 0 failed in phase 'broadcast' after {len(sent)}/8 bytes"
     )
+
+
+def test_an_engine_wraps_a_group_it_does_not_own_by_default() -> None:
+    assert TorchDistributedEngine().owns_group is False  # no torch needed to build one
+    assert TorchDistributedEngine(owns_group=True).owns_group is True
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_engine_refusals_say_what_is_wrong(short_dir: str) -> None:
+    """In a forked rank (torch): a closed engine, a missing store dir, a non-tensor."""
+
+    def rank_main(ctx: RankContext) -> list[str]:
+        closed = TorchDistributedEngine()
+        closed.close()
+        seen = []
+        with pytest.raises(CollectiveError) as info:
+            closed.broadcast([], 0, None)
+        seen.append(f"{info.value.phase}: {info.value.reason}")
+        missing = os.path.join(ctx.workdir, "missing")
+        with pytest.raises(ConfigurationError) as info:
+            TorchDistributedEngine.create(0, 1, missing)
+        seen.append(f"{info.value.path == missing}: {info.value.reason}")
+        engine = TorchDistributedEngine.create(0, 1, ctx.workdir, timeout=20.0)
+        try:
+            with pytest.raises(ConfigurationError) as info:
+                engine.broadcast(["not a tensor"], 0, None)
+            seen.append(f"{info.value.phase}: {info.value.reason}")
+        finally:
+            engine.close()
+        return seen
+
+    (seen,) = run_ranks(rank_main, 1, timeout=60.0).values()
+    assert seen == [
+        "collective: torch.distributed/gloo engine is closed",
+        "True: the FileStore directory does not exist",
+        "collective: tensor 0 is a str, not a torch.Tensor",
+    ]
