@@ -100,8 +100,9 @@ def mutation(session: nox.Session) -> None:
     tests/dispatch); summary and survivor triage in reports/mutation/ (tools/mutation.py).
     Not ``mutants``: that one judges hand-written one-defect implementations
     (tests/mutants/) with the conformance suite, i.e. it scores the suite; this one scores
-    the reference's self-tests.  Options after ``--``: ``--module _wire`` (repeatable),
-    ``--sample N``, ``--pending``, ``--report-only``, ``--max-children`` (default 2)."""
+    the reference's self-tests.  Without options: the measured plan (small modules whole,
+    a seeded sample of the others; mutants judged before keep their verdict).  Options
+    after ``--``: ``--full``, ``--module _wire``, ``--sample N``, ``--report-only``."""
     _install_project(session, MUTMUT)
     session.run("python", "tools/mutation.py", *session.posargs)
 

@@ -20,7 +20,8 @@ functions).  mutmut copies it all to ``.mutation/mutants/`` and puts that first 
 ``tpbcast.reference_impl`` is the mutated copy while ``tpbcast.harness`` and the other
 layers still come from the editable install.
 
-    python tools/mutation.py                       # stage HEAD, run every mutant not yet judged
+    python tools/mutation.py                       # the measured plan (see DEFAULT_SAMPLE)
+    python tools/mutation.py --full                # every mutant not yet judged (hours)
     python tools/mutation.py --module _wire --module _io   # (re)run these modules' mutants
     python tools/mutation.py --rerun-survivors     # run the survivors again (after new tests)
     python tools/mutation.py --fresh               # forget every cached verdict first
@@ -230,10 +231,30 @@ def _triaged(names: list[str]) -> set[str]:
     return found
 
 
+# The measured plan (what ``nox -s mutation`` runs without options): small modules whole,
+# the others a seeded random sample of this many mutants each.  A full run (--full) is
+# about 3,700 mutants: hours on two shared cores, where a surviving mutant costs its
+# covering tests' whole time (~1 min under load).
+ALL_MODULES = (
+    "_bootstrap", "_broadcaster", "_buffers", "_config", "_dispatch", "_dispatch_adapter",
+    "_dispatch_bootstrap", "_engines", "_errors", "_io", "_paths", "_wire",
+    "conformance_adapter",
+)  # fmt: skip
+DEFAULT_SAMPLE = {
+    "_io": 50, "_broadcaster": 50, "_bootstrap": 50, "_paths": 50, "_buffers": 50,
+    "_errors": 50, "_dispatch": 12, "_dispatch_bootstrap": 12, "_engines": 12,
+    "_dispatch_adapter": 12, "conformance_adapter": 12,
+}  # fmt: skip
+DEFAULT_SEED = 20261201
+
+
 def _sample_sizes() -> tuple[dict[str, int], int]:
-    """Sample size per sampled module, and the seed (``.mutation/sample.json``)."""
+    """Sample size per sampled module, and the seed (``.mutation/sample.json``, written by
+    ``--sample``; the default plan without it)."""
     path = STAGE / "sample.json"
-    info = json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return dict(DEFAULT_SAMPLE), DEFAULT_SEED
+    info = json.loads(path.read_text())
     return dict(info.get("sizes", {})), int(info.get("seed", 0))
 
 
@@ -676,13 +697,16 @@ def main() -> int:
     parser.add_argument(
         "--sample", type=int, default=0, help="judge N random mutants of each --module"
     )
-    parser.add_argument("--seed", type=int, default=20261201, help="seed of --sample")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of --sample")
+    parser.add_argument("--full", action="store_true", help="every mutant (hours)")
     parser.add_argument(
         "--restat", action="store_true", help="map tests to functions again before running"
     )
     parser.add_argument("--fail-under", type=float, default=None, help="score after equivalents")
     opts = parser.parse_args()
     modules = [m.removesuffix(".py") for m in opts.module]
+    if not (modules or opts.full or opts.report_only or opts.rerun_survivors):
+        opts.pending, modules = True, list(ALL_MODULES)  # the measured plan
     info_path = STAGE / "run-info.json"
     if opts.report_only:
         info = json.loads(info_path.read_text()) if info_path.exists() else {}
