@@ -23,6 +23,8 @@ from functools import cache
 from types import FrameType, TracebackType
 from typing import Any
 
+from ._hugepages import maybe_collapse
+
 __all__ = [
     "PR_SET_PDEATHSIG_KILL",
     "DeferredSignals",
@@ -59,10 +61,12 @@ def devnull_fd() -> int:
 
 
 def preload() -> None:
-    """Do in the parent, once, what every rank would otherwise repeat after fork."""
+    """Do in the parent, once, what every rank would otherwise repeat after fork; with
+    ``TPBCAST_HUGEPAGES=1``, also make the fork itself cheaper (see ``_hugepages``)."""
     _prctl()
     devnull_fd()
     _asynchronous_signals()
+    maybe_collapse()
 
 
 # Signals raised by the faulting code itself: blocking them defers nothing (the kernel
