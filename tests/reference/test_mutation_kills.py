@@ -34,17 +34,21 @@ from tpbcast.reference_impl import (
     BrokenBroadcasterError,
     CollectiveError,
     ConfigurationError,
+    CpuBroadcastDispatcher,
     CpuTpBroadcaster,
     HandshakeError,
     NotInitializedError,
     PeerClosedError,
+    ReinitMismatchError,
     SecurityError,
     TorchDistributedEngine,
+    UnsupportedDeviceError,
     bootstrap,
     make_base_path,
 )
 from tpbcast.reference_impl import _bootstrap as bootstrap_module
 from tpbcast.reference_impl import _broadcaster as broadcaster_module
+from tpbcast.reference_impl._dispatch_bootstrap import _check_deadline_budget
 from tpbcast.reference_impl._errors import errno_name
 from tpbcast.reference_impl._paths import prepare_socket_path
 from tpbcast.reference_impl.conformance_adapter import make
@@ -973,3 +977,79 @@ def test_engine_refusals_say_what_is_wrong(short_dir: str) -> None:
         "True: the FileStore directory does not exist",
         "collective: tensor 0 is a str, not a torch.Tensor",
     ]
+
+
+def test_argument_and_reinit_errors_name_type_and_phase(base_path: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        CpuTpBroadcaster().initialize("0", 2, base_path)  # type: ignore[arg-type]
+    assert str(info.value) == "rank must be an int, got '0' (type=str)"
+    bcast = CpuTpBroadcaster()
+    bcast.initialize(0, 1, base_path)
+    try:
+        with pytest.raises(ReinitMismatchError) as mismatch:
+            bcast.initialize(0, 1, base_path + "x")
+    finally:
+        bcast.reset()
+    assert (mismatch.value.rank, mismatch.value.phase) == (0, "initialize")
+
+
+def test_reset_during_initialize_from_another_thread_is_refused(base_path: str) -> None:
+    bcast = CpuTpBroadcaster(BroadcasterConfig(init_timeout=1.0))
+    caught: list[BaseException] = []
+
+    def init() -> None:  # rank 0 waits for a peer that never comes
+        try:
+            bcast.initialize(0, 2, base_path)
+        except BaseException as exc:
+            caught.append(exc)
+
+    thread = _in_thread(init)
+    deadline = time.monotonic() + 10.0
+    while bcast._busy != "initialize":  # white-box, as _when_broadcasting
+        assert time.monotonic() < deadline, "initialize never started"
+        time.sleep(0.001)  # polling with a deadline: the other thread is entering the call
+    with pytest.raises(BroadcastError) as info:
+        bcast.reset()
+    thread.join(15.0)
+    bcast.reset()
+    assert info.value.phase == "reset"
+    assert "reset() called while initialize() is running" in str(info.value)
+    assert len(caught) == 1 and isinstance(caught[0], BroadcastTimeoutError)
+
+
+def test_the_deadline_budget_is_not_checked_without_a_group_timeout() -> None:
+    config = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0)
+    assert _check_deadline_budget(None, config, None, 0) is None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_dispatch_errors_name_the_rank_and_the_bytes(base_path: str) -> None:
+    """TP=1 in a forked rank (torch): the adapter's dispatcher names its rank in a refusal;
+    a non-CPU tensor on the UDS path is refused with its size."""
+
+    def rank_main(ctx: RankContext) -> list[object]:
+        import torch
+
+        engine = TorchDistributedEngine.create(0, 1, ctx.workdir, timeout=20.0)
+        try:
+            adapter: Any = make().make_dispatcher(
+                engine=engine, rank=0, world_size=1, workdir=ctx.workdir
+            )
+            adapter.bootstrap(local_world_size=1, base_path=base_path)
+            with pytest.raises(ConfigurationError) as bad_root:
+                adapter.broadcast_cpu([bytearray(1)], root=1)
+            up = CpuTpBroadcaster()
+            up.initialize(0, 1, base_path)
+            try:
+                dispatcher = CpuBroadcastDispatcher(up, engine, rank=0, owns_engine=False)
+                with pytest.raises(UnsupportedDeviceError) as meta:
+                    dispatcher.broadcast_cpu([torch.empty(3, device="meta")])
+            finally:
+                up.reset()
+            adapter.teardown()
+        finally:
+            engine.close()
+        return [bad_root.value.rank, meta.value.rank, meta.value.bytes_total]
+
+    (seen,) = run_ranks(rank_main, 1, timeout=60.0).values()
+    assert seen == [0, 0, 12]
