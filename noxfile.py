@@ -42,8 +42,9 @@ def conformance(session: nox.Session) -> None:
 def fuzz(session: nox.Session) -> None:
     """The suite's fuzz tests (conformance/tests/test_fuzz.py) in their long profile: at
     least 5,000 cases each, a rogue peer and a rogue root, on 2 workers; reports in
-    reports/fuzz/, failing cases kept in .hypothesis/tpbcast-fuzz (replay: conformance/tests/
-    README.md).  Arguments go to ``python -m tpbcast.conformance`` (``--tpbcast-impl``, ...);
+    reports/fuzz/ (summary.jsonl: cases, seconds, seed, load per test), failing cases kept
+    in .hypothesis/tpbcast-fuzz (replay: conformance/tests/README.md).  Arguments go to
+    ``python -m tpbcast.conformance`` (``--tpbcast-impl``, ...);
     ``TPBCAST_FUZZ_EXAMPLES=N`` changes the number of cases."""
     _install_project(session)
     session.run(
@@ -58,7 +59,7 @@ def fuzz(session: nox.Session) -> None:
         "--",
         "-k",
         "test_fuzz",
-        env={"TPBCAST_FUZZ_PROFILE": "long"},
+        env={"TPBCAST_FUZZ_PROFILE": "long", "TPBCAST_FUZZ_SUMMARY": "reports/fuzz/summary.jsonl"},
     )
 
 

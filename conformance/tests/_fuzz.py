@@ -21,6 +21,7 @@ replayed first by the next run; ``TPBCAST_FUZZ_REPRODUCE`` takes the printed
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -40,6 +41,9 @@ PROFILE_ENV: Final = "TPBCAST_FUZZ_PROFILE"
 EXAMPLES_ENV: Final = "TPBCAST_FUZZ_EXAMPLES"
 SEED_ENV: Final = "TPBCAST_FUZZ_SEED"
 DB_ENV: Final = "TPBCAST_FUZZ_DB"
+SUMMARY_ENV: Final = "TPBCAST_FUZZ_SUMMARY"
+"""A file each fuzz test appends one JSON line to: cases, time, seed, failed clauses (the
+long profile's record; ``nox -s fuzz`` writes reports/fuzz/summary.jsonl)."""
 REPRODUCE_ENV: Final = "TPBCAST_FUZZ_REPRODUCE"
 """The ``@reproduce_failure('<version>', b'<blob>')`` line a failure printed: replays that
 one case first (select its test with ``-k``)."""
@@ -166,6 +170,23 @@ def _reproducing(text: str) -> Callable[[Any], Any]:
     return reproduce_failure(match.group(1), match.group(2).encode())
 
 
+def _loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as fh:
+            return " ".join(fh.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def _append_summary(**fields: object) -> None:
+    path = os.environ.get(SUMMARY_ENV)
+    if not path:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(json.dumps(fields) + "\n")
+
+
 def _violations(exc: BaseException) -> list[CaseFailedError]:
     if isinstance(exc, CaseFailedError):
         return [exc]
@@ -241,6 +262,18 @@ def run(
         f"{tally.cases} case(s) ({tally.unstaged} not staged) in {elapsed:.1f}s, seed {value} "
         f"({source}), profile {name}; "
         f"slowest: {slow}"
+    )
+    _append_summary(
+        test=test_name,
+        profile=name,
+        cases=tally.cases,
+        unstaged=tally.unstaged,
+        seconds=round(elapsed, 1),
+        seed=value,
+        seed_from=source,
+        failed=sorted(failed),
+        held=tally.held,
+        loadavg=_loadavg(),
     )
     for cid in clauses:
         if cid not in failed:

@@ -12,10 +12,13 @@ fault itself (a slow or silent rank), never synchronisation.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import socket
 import stat
+import struct
+import termios
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +33,7 @@ from tpbcast.harness.wire import (
     connect,
     expect_closed,
     listen,
+    pack_rank,
     recv_exact,
     send_all,
     unpack_rank,
@@ -42,6 +46,8 @@ SETUP: Final = 10.0
 """Bound of a player's own set-up (connect, accept, reading a handshake)."""
 RETRY: Final = 0.05
 """One round of the fuzzed peer's connect retries, between two looks at ``give_up``."""
+POLL: Final = 0.005
+"""How often a bounded wait of a player looks again (a socket's send queue, a flag)."""
 
 Ending = Literal["close", "half_close", "stall", "proceed"]
 
@@ -122,11 +128,32 @@ def _connect_unless(address: str, deadline: Deadline, give_up: Callable[[], bool
                 raise
 
 
+def unread(sock: socket.socket) -> int:
+    """Bytes ``sock`` sent that the other end has not read yet (SIOCOUTQ; 0 once read or
+    once the other end closed)."""
+    raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4)
+    return int(struct.unpack("i", raw)[0])
+
+
+def _until(predicate: Callable[[], bool], deadline: Deadline) -> bool:
+    """Poll ``predicate`` until it holds or ``deadline`` passes (a bounded wait)."""
+    while not predicate():
+        if deadline.expired():
+            return False
+        time.sleep(POLL)
+    return True
+
+
 def play_peer(
-    base_path: str, script: PeerScript, observe: float, give_up: Callable[[], bool]
+    base_path: str,
+    script: PeerScript,
+    observe: float,
+    give_up: Callable[[], bool],
+    on_read: Callable[[], None] | None = None,
 ) -> PeerSeen:
     """Run ``script`` against rank 0 at ``base_path``; never raises for what rank 0 does.
-    Stops trying to connect once ``give_up()`` says rank 0 will not listen any more."""
+    Stops trying to connect once ``give_up()`` says rank 0 will not listen any more;
+    ``on_read()`` is called once rank 0 has read the handshake bytes (or dropped them)."""
     deadline = Deadline.after(SETUP)
     try:
         sock = _connect_unless(address_of(base_path), deadline, give_up)
@@ -134,6 +161,9 @@ def play_peer(
         return PeerSeen(False, 0, "", error=f"connect: {exc}")
     with sock:
         sent, ended = _send_chunks(sock, script.handshake, deadline)
+        if on_read is not None:
+            _until(lambda: unread(sock) == 0 or give_up(), deadline)
+            on_read()
         if ended:
             seen = expect_closed(sock, Deadline.after(0.0))
             return PeerSeen(True, sent, ended, reaction=seen.kind.value)
@@ -154,6 +184,32 @@ def play_peer(
                 reaction_after=seen.elapsed,
             )
         return _proceed(sock, sent, script, observe)
+
+
+def play_twin(
+    base_path: str,
+    rank: int,
+    script: PeerScript,
+    *,
+    observe: float,
+    give_up: Callable[[], bool],
+    on_read: Callable[[], None],
+) -> tuple[PeerSeen, int | None]:
+    """Announce ``rank`` on a first connection, wait until rank 0 has read it, then play
+    ``script`` on a second connection (announcing ``rank`` again: a duplicate).  Returns
+    what the second saw and the first byte the first connection got (None: none)."""
+    deadline = Deadline.after(SETUP)
+    try:
+        first = _connect_unless(address_of(base_path), deadline, give_up)
+        send_all(first, pack_rank(rank), deadline, what="fuzz twin announce")
+    except WireError as exc:
+        on_read()
+        return PeerSeen(False, 0, "", error=f"first connection: {exc}"), None
+    with first:
+        _until(lambda: unread(first) == 0 or give_up(), deadline)
+        seen = play_peer(base_path, script, observe, give_up, on_read)
+        early = expect_closed(first, Deadline.after(0.0), stop_after=1)
+    return seen, early.extra[0] if early.extra else None
 
 
 def _proceed(sock: socket.socket, sent: int, script: PeerScript, observe: float) -> PeerSeen:

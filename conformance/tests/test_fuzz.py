@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import pytest
+from hypothesis import example
+from hypothesis import strategies as st
 
 from tpbcast.harness import Status, run_ranks
 from tpbcast.harness.wire import PROBE, pack_rank, unpack_rank
@@ -42,6 +44,7 @@ from ._fuzz_players import (
     RootSeen,
     play_peer,
     play_root,
+    play_twin,
     probe_and,
 )
 
@@ -62,6 +65,9 @@ BIG: Final = s.MiB + 7
 closed reader."""
 SIZES: Final = (0, 1, 4097, BIG)
 GROUP_TIMEOUT: Final = 4 * BOUND
+TWIN_READ: Final = "twin-read"
+"""A file the rogue creates once rank 0 read its second (duplicate) announcement: peer 1
+starts its initialize only then (a twin case)."""
 RETRY_GRACE: Final = 0.2
 """How long a peer still waits for its initialize once rank 0's failed (its EOF)."""
 
@@ -82,7 +88,7 @@ ROOT_FAILED: Final = "root-init-failed"
 failed (a flag the peers poll; a sync point name could be waited for only once)."""
 
 
-def _impl_rank(ctx, impl, rank, *, world, deadlines, size):
+def _impl_rank(ctx, impl, rank, *, world, deadlines, size, gate=None):
     """Initialize, broadcast ``size`` bytes if that worked, reset; each call bounded.
 
     ``deadlines`` is ``(init, io)``: short only for the stage the case stalls in.  Rank 0
@@ -94,6 +100,9 @@ def _impl_rank(ctx, impl, rank, *, world, deadlines, size):
     init_deadline, io_deadline = deadlines
     bcast = s.make(impl, connect=CALM_DEADLINE, init=init_deadline, io=io_deadline)
     flag = os.path.join(ctx.workdir, ROOT_FAILED)
+    if gate is not None:  # the rogue says when this rank may start (a twin case)
+        opened = os.path.join(ctx.workdir, gate)
+        s.wait_for(lambda: os.path.exists(opened) or os.path.exists(flag), BOUND)
     init = _watch.Call(bcast.initialize, rank, world, ctx.base_path)
     if rank == 0:
         init.wait(BOUND)
@@ -188,6 +197,10 @@ class PeerCase:
     size: int = 0
     read: int = 0
     after: str = "eof"
+    twin: bool = False
+    """The rogue first announces its own rank on another connection, which rank 0 reads
+    before this one's handshake: a valid rank, already taken (a duplicate).  Peer 1 joins
+    only then, so a rank 0 that let the second take the slot completes the group with it."""
 
     @property
     def rogue(self) -> int:
@@ -196,6 +209,8 @@ class PeerCase:
     @property
     def kind(self) -> str:
         """valid, truncated (INIT-9), out_of_range (INIT-7) or duplicate (INIT-8)."""
+        if self.twin:
+            return "duplicate"
         if len(self.handshake) != 4:
             return "truncated"
         rank = unpack_rank(self.handshake)
@@ -206,9 +221,9 @@ class PeerCase:
     @property
     def deadlines(self) -> tuple[float, float]:
         """Rank 0's (init, io) deadlines: short for the stage the rogue stalls in."""
-        init = STALL_DEADLINE if self.ending in ("stall", "half_close") else CALM_DEADLINE
-        stalls = self.ending == "proceed" and self.after == "stall"
-        io = STALL_IO_DEADLINE if stalls else CALM_DEADLINE
+        stalls = self.ending in ("stall", "half_close") and not self.twin
+        init = STALL_DEADLINE if stalls else CALM_DEADLINE
+        io = STALL_IO_DEADLINE if self.after == "stall" else CALM_DEADLINE
         return init, io
 
     def script(self) -> PeerScript:
@@ -223,36 +238,34 @@ class PeerCase:
 _BAD_CLAUSE: Final = {"truncated": "INIT-9", "out_of_range": "INIT-7", "duplicate": "INIT-8"}
 
 
-def _peer_cases() -> Any:
-    from hypothesis import strategies as st
-
-    @st.composite
-    def cases(draw: Any) -> PeerCase:
-        world = draw(st.sampled_from((2, 3)))
-        rogue = world - 1
-        handshake = draw(
-            st.one_of(
-                st.just(pack_rank(rogue)),
-                st.sampled_from((-1, 0, 1, world, 2**31 - 1, -(2**31))).map(pack_rank),
-                st.integers(-(2**31), 2**31 - 1).map(pack_rank),
-                st.binary(max_size=12).filter(
-                    lambda b: not (len(b) > 4 and b[:4] == pack_rank(rogue))
-                ),
-            )
+@st.composite
+def _peer_cases(draw: Any) -> PeerCase:
+    """A rogue peer's case."""
+    world = draw(st.sampled_from((2, 3)))
+    rogue = world - 1
+    handshake = draw(
+        st.one_of(
+            st.just(pack_rank(rogue)),
+            st.sampled_from((-1, 0, 1, world, 2**31 - 1, -(2**31))).map(pack_rank),
+            st.integers(-(2**31), 2**31 - 1).map(pack_rank),
+            st.binary(max_size=12).filter(lambda b: not (len(b) > 4 and b[:4] == pack_rank(rogue))),
         )
-        cuts = draw(st.lists(st.integers(1, max(1, len(handshake) - 1)), max_size=4))
-        slow = draw(st.lists(st.booleans(), min_size=len(cuts) + 1, max_size=len(cuts) + 1))
-        endings = ("close", "half_close", "stall")
-        valid = handshake == pack_rank(rogue)
+    )
+    cuts = draw(st.lists(st.integers(1, max(1, len(handshake) - 1)), max_size=4))
+    slow = draw(st.lists(st.booleans(), min_size=len(cuts) + 1, max_size=len(cuts) + 1))
+    endings = ("close", "half_close", "stall")
+    valid = handshake == pack_rank(rogue)
+    twin = world == 3 and valid and draw(st.booleans())
+    if twin:
+        ending = draw(st.sampled_from(("stall", "half_close")))
+    else:
         ending = draw(st.sampled_from(("proceed", "proceed", "close") if valid else endings))
-        size, read, after = 0, 0, "eof"
-        if ending == "proceed":
-            size = draw(st.sampled_from(SIZES))
-            after = draw(st.sampled_from(("eof", "eof", "close", "stall")))
-            read = size if after == "eof" else draw(st.integers(0, max(0, size - 1)))
-        return PeerCase(world, handshake, tuple(cuts), tuple(slow), ending, size, read, after)
-
-    return cases()
+    size, read, after = 0, 0, "eof"
+    if ending == "proceed":
+        size = draw(st.sampled_from(SIZES))
+        after = draw(st.sampled_from(("eof", "eof", "close", "stall")))
+        read = size if after == "eof" else draw(st.integers(0, max(0, size - 1)))
+    return PeerCase(world, handshake, tuple(cuts), tuple(slow), ending, size, read, after, twin)
 
 
 _PEER_EXAMPLES: Final = (
@@ -261,6 +274,7 @@ _PEER_EXAMPLES: Final = (
     PeerCase(2, pack_rank(-1), (1,), (False, False), "half_close"),
     PeerCase(3, pack_rank(0), (), (False,), "stall"),
     PeerCase(3, pack_rank(1), (), (False,), "close"),
+    PeerCase(3, pack_rank(2), (1,), (False, False), "stall", twin=True),
     PeerCase(2, pack_rank(1)[:2], (1,), (False, True), "stall"),
     PeerCase(3, pack_rank(2), (3,), (False, False), "proceed", BIG, 5, "close"),
     PeerCase(2, pack_rank(1), (), (False,), "proceed", BIG, 0, "stall"),
@@ -283,27 +297,62 @@ def _run_peer_case(impl, seed, case: PeerCase) -> tuple[list[Judged], bool]:
     impl_ranks = list(range(case.world - 1))
     calm = (CALM_DEADLINE, CALM_DEADLINE)
     deadlines = {r: case.deadlines if r == 0 else calm for r in impl_ranks}
+    gate = TWIN_READ if case.twin else None
     targets: dict[int, Callable[..., object]] = {
         r: (
             lambda ctx, r=r: _impl_rank(
-                ctx, impl, r, world=case.world, deadlines=deadlines[r], size=case.size
+                ctx,
+                impl,
+                r,
+                world=case.world,
+                deadlines=deadlines[r],
+                size=case.size,
+                gate=gate if r else None,
             )
         )
         for r in impl_ranks
     }
 
-    def rogue(ctx):
+    def play(ctx):
         flag = os.path.join(ctx.workdir, ROOT_FAILED)
-        return _rogue(
-            play_peer, ctx.base_path, case.script(), OBSERVE, lambda: os.path.exists(flag)
-        )
 
-    targets[case.rogue] = rogue
+        def give_up():
+            return os.path.exists(flag)
+
+        if not case.twin:
+            return _rogue(play_peer, ctx.base_path, case.script(), OBSERVE, give_up)
+
+        def read():
+            with open(os.path.join(ctx.workdir, TWIN_READ), "w"):
+                pass
+
+        def twin():
+            script = case.script()
+            return play_twin(
+                ctx.base_path, case.rogue, script, observe=OBSERVE, give_up=give_up, on_read=read
+            )
+
+        return _rogue(twin)
+
+    targets[case.rogue] = play
     result = _group(targets, case.world, seed)
     checks: list[Judged] = []
     seen = _alive(result, impl_ranks, checks)
     rogue = result.outcomes[case.rogue].value
+    first_probe = None
+    if case.twin and isinstance(rogue, tuple):
+        rogue, first_probe = rogue
     root = seen.get(0)
+    if first_probe == PROBE:
+        checks.append(
+            Judged(
+                "INIT-8",
+                False,
+                "the first connection of a rank that announced itself twice never gets the probe",
+                "it got 0x5a",
+                0,
+            )
+        )
     if root is None and (case.ending in ("close", "half_close") or case.after == "close"):
         checks.append(
             Judged(
@@ -460,8 +509,6 @@ def _judge_valid_peer(case, root, peer1, rogue: PeerSeen, *, timed, seed, checks
 @pytest.mark.clause(*_PEER_CLAUSES)
 def test_fuzz_rogue_peer_handshake(tpbcast_run, tpbcast_impl):
     """Arbitrary handshake bytes, chunks and endings from a rogue peer against rank 0."""
-    from hypothesis import example
-
     seed = tpbcast_run.seed
 
     def one(case: PeerCase, tally: Tally) -> None:
@@ -512,29 +559,27 @@ class RootCase:
     links: tuple[LinkCase, ...]
 
 
-def _root_cases() -> Any:
-    from hypothesis import strategies as st
+@st.composite
+def _link_cases(draw: Any, size: int) -> LinkCase:
+    """What the rogue root sends one peer."""
+    probe = draw(st.one_of(st.just(PROBE), st.just(PROBE), st.none(), st.integers(0, 255)))
+    sent = 0
+    if probe is not None:
+        sent = draw(st.one_of(st.just(size), st.integers(0, size)))
+    length = (probe is not None) + sent
+    cuts = draw(st.lists(st.integers(1, max(1, length - 1)), max_size=6))
+    slow = draw(st.lists(st.booleans(), min_size=len(cuts) + 1, max_size=len(cuts) + 1))
+    ending = draw(st.sampled_from(("close", "stall")))
+    return LinkCase(probe, sent, tuple(cuts), tuple(slow), ending)
 
-    @st.composite
-    def link(draw: Any, size: int) -> LinkCase:
-        probe = draw(st.one_of(st.just(PROBE), st.just(PROBE), st.none(), st.integers(0, 255)))
-        sent = 0
-        if probe is not None:
-            sent = draw(st.one_of(st.just(size), st.integers(0, size)))
-        length = (probe is not None) + sent
-        cuts = draw(st.lists(st.integers(1, max(1, length - 1)), max_size=6))
-        slow = draw(st.lists(st.booleans(), min_size=len(cuts) + 1, max_size=len(cuts) + 1))
-        ending = draw(st.sampled_from(("close", "stall")))
-        return LinkCase(probe, sent, tuple(cuts), tuple(slow), ending)
 
-    @st.composite
-    def cases(draw: Any) -> RootCase:
-        world = draw(st.sampled_from((2, 3)))
-        size = draw(st.sampled_from(SIZES))
-        links = tuple(draw(link(size)) for _ in range(world - 1))
-        return RootCase(world, size, links)
-
-    return cases()
+@st.composite
+def _root_cases(draw: Any) -> RootCase:
+    """A rogue root's case."""
+    world = draw(st.sampled_from((2, 3)))
+    size = draw(st.sampled_from(SIZES))
+    links = tuple(draw(_link_cases(size)) for _ in range(world - 1))
+    return RootCase(world, size, links)
 
 
 _ROOT_EXAMPLES: Final = (
@@ -689,8 +734,6 @@ def _judge_link(rank, link: LinkCase, peer: ImplSeen, *, want, timed, checks):
 @pytest.mark.clause(*_ROOT_CLAUSES)
 def test_fuzz_rogue_root_stream(tpbcast_run, tpbcast_impl):
     """Arbitrary probe bytes, payload prefixes, chunks and endings from a rogue root."""
-    from hypothesis import example
-
     seed = tpbcast_run.seed
 
     def one(case: RootCase, tally: Tally) -> None:
