@@ -50,7 +50,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT_DEFAULT = ROOT / "reports" / "bench"
-PARTS = ("tests", "overhead", "forkrss", "conformance")
+PARTS = ("tests", "overhead", "forkrss", "conformance", "hugepages")
 
 # --------------------------------------------------------------------------- the check
 
@@ -141,6 +141,7 @@ POOL_CLASS = textwrap.dedent(
 
 MODULES = {
     "tpbcast": "test_tpbcast_cost.py",
+    "tpbcast_thp": "test_tpbcast_cost.py",  # the same tests, TPBCAST_HUGEPAGES=1
     "mptc": "test_mptc_cost.py",
     "pool": "test_pool_cost.py",
 }
@@ -222,6 +223,8 @@ def _session(project: Path, runner: str, *, collect_only: bool) -> dict[str, Any
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
     argv += [module, "--collect-only"] if collect_only else [module]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TPBCAST_", "BENCH_"))}
+    if runner == "tpbcast_thp":
+        env["TPBCAST_HUGEPAGES"] = "1"
     env["BENCH_TIMES"] = str(times_file)
     # MultiProcessTestCase leaves a FileStore file per test in the temp dir: keep them in ours.
     env["TMPDIR"] = str(project / "tmp")
@@ -229,12 +232,20 @@ def _session(project: Path, runner: str, *, collect_only: bool) -> dict[str, Any
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
-    if done.returncode != 0:
+    failed = [
+        line.split(" - ")[0].removeprefix("FAILED ").removeprefix("ERROR ")
+        for line in done.stdout.splitlines()
+        if line.startswith(("FAILED ", "ERROR "))
+    ]
+    if done.returncode != 0 and (not times_file.exists() or not failed):
         raise SystemExit(f"{runner} session failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+    if failed:  # reported with the numbers, never hidden; the run goes on
+        print(f"  {runner}: {len(failed)} test(s) failed: {failed}", flush=True)
     data = json.loads(times_file.read_text())
     times_file.unlink()
     return {
         "wall": wall,
+        "failed": failed,
         "times": data["times"],
         "cpus": data["cpus"],
         "maxrss_kib": data["maxrss_kib"],
@@ -250,12 +261,17 @@ def _size_of(nodeid: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def part_tests(opts: argparse.Namespace) -> dict[str, Any]:
+def part_tests(opts: argparse.Namespace, runners: list[str] | None = None) -> dict[str, Any]:
     sizes = [int(s) for s in opts.sizes.split(",")]
-    runners = opts.runners.split(",")
+    runners = opts.runners.split(",") if runners is None else runners
     result: dict[str, Any] = {
         "sizes": sizes,
-        "tests_per_size": {"tpbcast": opts.tests, "mptc": opts.mptc_tests, "pool": opts.tests},
+        "tests_per_size": {
+            "tpbcast": opts.tests,
+            "tpbcast_thp": opts.tests,
+            "mptc": opts.mptc_tests,
+            "pool": opts.tests,
+        },
         "rounds": opts.rounds,
         "load_before": _loadavg(),
         "runners": list(runners),
@@ -281,6 +297,7 @@ def part_tests(opts: argparse.Namespace) -> dict[str, Any]:
                         "per_test_by_difference": (full["wall"] - startup["wall"]) / n_tests,
                         "cpu_per_test_by_difference": (full["cpu"] - startup["cpu"]) / n_tests,
                         "maxrss_kib": full["maxrss_kib"],
+                        "failed": full["failed"],
                         "load": _loadavg(),
                     }
                 )
@@ -333,10 +350,15 @@ def _overhead_in_process(sizes: list[int], reps: int, warmup: int) -> dict[str, 
             raise SystemExit(result.report())
 
     out: dict[str, Any] = {"load_before": _loadavg(), "reps": reps, "sizes": {}}
+    harness(2)  # with TPBCAST_HUGEPAGES=1, the collapse happens here, before the samples
     with open("/proc/self/status") as f:
         status = dict(line.split(":", 1) for line in f)
+    with open("/proc/self/smaps_rollup") as f:
+        rollup = dict(line.split(":", 1) for line in f if ":" in line and " kB" in line)
     out["parent_rss_kib"] = int(status["VmRSS"].split()[0])
     out["parent_anon_kib"] = int(status["RssAnon"].split()[0])
+    out["parent_thp_kib"] = int(rollup.get("AnonHugePages", "0 kB").split()[0])
+    out["hugepages"] = os.environ.get("TPBCAST_HUGEPAGES", "")
     for n in sizes:
         wall: dict[str, list[float]] = {"run_ranks": [], "bare_fork": []}
         cpu: dict[str, list[float]] = {"run_ranks": [], "bare_fork": []}
@@ -364,11 +386,24 @@ def _overhead_in_process(sizes: list[int], reps: int, warmup: int) -> dict[str, 
     return out
 
 
-def part_overhead(opts: argparse.Namespace) -> dict[str, Any]:
+def part_overhead(opts: argparse.Namespace, *, hugepages: bool = False) -> dict[str, Any]:
     """In a fresh interpreter, so the parent is exactly "torch + the harness"."""
     return _child_json(
         ["--_overhead", opts.overhead_sizes, str(opts.reps), str(opts.warmup)],
+        env={"TPBCAST_HUGEPAGES": "1" if hugepages else "0"},
     )
+
+
+def part_hugepages(opts: argparse.Namespace) -> dict[str, Any]:
+    """TPBCAST_HUGEPAGES=1 against the default, in one run: per-test cost (tpbcast_run
+    sessions with and without it, rotated) and run_ranks vs bare fork with it."""
+    return {
+        "load_before": _loadavg(),
+        "tests": part_tests(opts, ["tpbcast", "tpbcast_thp"]),
+        "overhead_default": part_overhead(opts),
+        "overhead_hugepages": part_overhead(opts, hugepages=True),
+        "load_after": _loadavg(),
+    }
 
 
 # --------------------------------------------------------------------------- fork vs RSS
@@ -395,7 +430,10 @@ def _fork_probe(reps: int) -> dict[str, float]:
         child_cpu.append(1000 * (kids1.ru_stime - kids0.ru_stime + kids1.ru_utime - kids0.ru_utime))
     with open("/proc/self/status") as f:
         status = dict(line.split(":", 1) for line in f)
+    with open("/proc/self/smaps_rollup") as f:
+        rollup = dict(line.split(":", 1) for line in f if ":" in line and " kB" in line)
     return {
+        "thp_kib": int(rollup.get("AnonHugePages", "0 kB").split()[0]),
         "fork_ms": statistics.median(fork_only),
         "total_ms": statistics.median(total),
         "fork_cpu_ms": statistics.mean(fork_cpu),
@@ -414,6 +452,8 @@ def _forkrss_in_process(kind: str, mib: int, reps: int) -> dict[str, Any]:
         import torch  # noqa: F401 - the template: torch imported, no op run
     if mib:
         block = mmap.mmap(-1, mib << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if kind == "thp":  # transparent huge pages: one page-table entry per 2 MiB
+            block.madvise(mmap.MADV_HUGEPAGE)
         for off in range(0, mib << 20, 4096):
             block[off] = 1  # touch every page: it is the mapped pages that fork copies
         keep.append(block)
@@ -424,6 +464,7 @@ def _forkrss_in_process(kind: str, mib: int, reps: int) -> dict[str, Any]:
 def part_forkrss(opts: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"load_before": _loadavg(), "points": []}
     cases = [("plain", m) for m in (0, 64, 128, 256, 512)] + [("torch", 0), ("torch", 128)]
+    cases += [("thp", 256)]
     for kind, mib in cases:
         point = _child_json(["--_forkrss", kind, str(mib), str(opts.reps)])
         out["points"].append(point)
@@ -491,9 +532,13 @@ def part_conformance(opts: argparse.Namespace) -> dict[str, Any]:
 # --------------------------------------------------------------------------- plumbing
 
 
-def _child_json(args: list[str]) -> dict[str, Any]:
+def _child_json(args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, __file__, *args], capture_output=True, text=True, check=False
+        [sys.executable, __file__, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
     if done.returncode != 0:
         raise SystemExit(f"{args[0]} failed:\n{done.stdout}\n{done.stderr}")
@@ -543,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
             "overhead": part_overhead,
             "forkrss": part_forkrss,
             "conformance": part_conformance,
+            "hugepages": part_hugepages,
         }
         for part in opts.parts.split(","):
             print(f"{part}: load {_loadavg()}", flush=True)
