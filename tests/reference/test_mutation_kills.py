@@ -1053,3 +1053,27 @@ def test_dispatch_errors_name_the_rank_and_the_bytes(base_path: str) -> None:
 
     (seen,) = run_ranks(rank_main, 1, timeout=60.0).values()
     assert seen == [0, 0, 12]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_a_collective_that_cannot_complete_names_its_size(short_dir: str) -> None:
+    """Rank 0 waits for a broadcast rank 1 never joins (rank 1 leaves): the sync reports it."""
+
+    def rank_main(ctx: RankContext) -> list[object] | None:
+        import torch
+
+        engine = TorchDistributedEngine.create(ctx.rank, 2, ctx.workdir, timeout=5.0)
+        if ctx.rank == 1:
+            ctx.wait("started", timeout=30.0)
+            return None  # leaves without joining the collective
+        try:
+            engine.broadcast([torch.zeros(4)], 1, None)  # 16 bytes from rank 1
+            ctx.notify("started")
+            with pytest.raises(CollectiveError) as info:
+                engine.sync_communication()
+            return [info.value.phase, info.value.bytes_done, info.value.bytes_total]
+        finally:
+            engine.close()
+
+    values = run_ranks(rank_main, 2, timeout=60.0).values()
+    assert values[0] == ["sync_communication", 0, 16]
