@@ -378,9 +378,10 @@ def write_reports(run_info: dict[str, Any]) -> int:
         "run": run_info,
         "totals": dict(total),
         "modules": {m: dict(c) for m, c in sorted(per_module.items())},
-        "mutants": {
+        "mutants": {  # judged ones only (the unjudged are counted in totals)
             n: {"status": statuses[n], "exit_code": codes[n], "function": _short_function(n)}
             for n in sorted(codes)
+            if codes[n] is not None
         },
         "open": {n: {"diff": diffs[n], "equivalent": reasons.get(n)} for n in open_names},
         "unused_equivalents": [eq.function for eq in stale],
@@ -491,8 +492,10 @@ def _write_summary(
         "",
         "A module whose `judged` column is not `all` was measured on a random sample of its",
         "mutants (seed and size in the run line above); its scores estimate the module's",
-        "(with n judged mutants the 95 % interval is roughly +/- 100/sqrt(n) points).  The",
-        "pooled row mixes complete modules and samples: read the per-module rows.",
+        "(with n judged mutants the 95 % interval is roughly +/- 100/sqrt(n) points).  A",
+        "module may show more judged mutants than its sample size: verdicts of functions",
+        "unchanged since an earlier draw (over an earlier version of the source) are kept.",
+        "The pooled row mixes complete modules and samples: read the per-module rows.",
         "",
         "Not measured at all (no mutant judged): "
         + (
