@@ -1077,3 +1077,53 @@ def test_a_collective_that_cannot_complete_names_its_size(short_dir: str) -> Non
 
     values = run_ranks(rank_main, 2, timeout=60.0).values()
     assert values[0] == ["sync_communication", 0, 16]
+
+
+def test_config_is_the_default_until_initialize_and_again_after_reset(base_path: str) -> None:
+    default = BroadcasterConfig(init_timeout=7.0)
+    bcast = CpuTpBroadcaster(default)
+    assert bcast.config is default
+    other = BroadcasterConfig(init_timeout=8.0)
+    bcast.initialize(0, 1, base_path, config=other)
+    assert bcast.config is other
+    bcast.reset()
+    assert bcast.config is default
+
+
+def test_several_buffers_wait_for_room_when_the_link_is_already_full(base_path: str) -> None:
+    """A slow peer: rank 0's socket buffer is full before the call (filler written into the
+    link first), so its one sendmsg finds no room (EAGAIN); every byte still arrives, in
+    order, once the peer reads."""
+    first, second = bytes(range(256)) * 4, b"tail"
+    got: dict[str, bytes] = {}
+    filled = threading.Event()
+    filler_size: list[int] = []
+
+    def slow_peer() -> None:
+        sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(10.0))
+        with sock:
+            wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(10.0))
+            wire.recv_exact(sock, 1, wire.Deadline.after(10.0))  # the probe
+            assert filled.wait(10.0)
+            wire.recv_exact(sock, filler_size[0], wire.Deadline.after(20.0))
+            got["payload"] = wire.recv_exact(
+                sock, len(first) + len(second), wire.Deadline.after(20.0)
+            )
+
+    thread = _in_thread(slow_peer)
+    bcast = CpuTpBroadcaster(BroadcasterConfig(init_timeout=10.0, io_timeout=20.0))
+    try:
+        bcast.initialize(0, 2, base_path)
+        link = bcast._links.peers[1]  # white-box: fill rank 0's side of the link
+        assert link is not None
+        size = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                size += link.send(bytes(65536), socket.MSG_DONTWAIT)
+        filler_size.append(size)
+        filled.set()
+        bcast.broadcast([first, second])
+        thread.join(20.0)
+    finally:
+        bcast.reset()
+    assert got["payload"] == first + second
