@@ -349,6 +349,35 @@ def _cpu_overhead(row: dict[str, Any]) -> float:
     return _mean(row["cpu_ms"]["run_ranks"]) - _mean(row["cpu_ms"]["bare_fork"])
 
 
+def _pool_note(data: dict[str, Any]) -> list[str]:
+    """The kept pool against tpbcast_run, from the per-test table's own numbers."""
+    tests = data.get("tests")
+    if not tests or "pool" not in tests["per_test"] or "tpbcast" not in tests["per_test"]:
+        return []
+    per, cpu = tests["per_test"], tests["cpu_per_test"]
+    n = tests["tests_per_size"]["pool"]
+    sizes = [str(x) for x in tests["sizes"]]
+    steady = " / ".join(f"{_med(per['pool'][x]) * 1000:.0f} ms" for x in sizes)
+    mean = " / ".join(_ms(_mean(per["pool"][x])) for x in sizes)
+    ours = " / ".join(_ms(_med(per["tpbcast"][x])) for x in sizes)
+    two = sizes[0]
+    even_wall = _mean(per["pool"][two]) * n / _med(per["tpbcast"][two])
+    even_cpu = _mean(cpu["pool"][two]) * n / _med(cpu["tpbcast"][two])
+    return [
+        "- **A pool that keeps its ranks and its process group is cheaper per test once it",
+        "  runs** (torch's MultiProcContinuousTest, like DeepSpeed's DistributedTest): "
+        f"{steady} per steady-state test at {' / '.join(sizes)} ranks in the table above,",
+        f"  against tpbcast_run's {ours}: it skips the fork and gloo's init and destroy. Its",
+        "  class pays every rank's spawn and torch import once (the mean over its "
+        f"{n} tests: {mean}),",
+        f"  so at {two} ranks it overtakes tpbcast_run after ~{even_wall:.0f} tests per class "
+        f"in wall time (~{even_cpu:.0f} in CPU)",
+        "  on this box. It gives up isolation: a rank that crashes, hangs or leaves state",
+        "  behind affects every later test of the class, and the tests must be methods of",
+        "  the class. tpbcast_run is the cheapest runner that gives each test fresh ranks.",
+    ]
+
+
 def _goals(data: dict[str, Any]) -> list[str]:
     """The issue's two harness goals, as measured in this data, each with its load."""
     out = ["### Goals", ""]
@@ -411,21 +440,14 @@ def _goals(data: dict[str, Any]) -> list[str]:
 NOTES = [
     "### Where the time goes, and why there is no fork server",
     "",
-    "Measured by hand on 2026-12-01 (load average 14-19 on 2 vCPU), to explain the tables:",
+    "Measured by hand on 2026-12-01 (load average 3-19 on 2 vCPU, as noted), to explain the",
+    "tables:",
     "",
-    "- **A pool that keeps its ranks and its process group is cheaper per test once it",
-    "  runs** (torch's MultiProcContinuousTest, like DeepSpeed's DistributedTest): 17-21 ms",
-    "  per steady-state test in the run above, 20-30x less than tpbcast_run, because it",
-    "  skips the fork and gloo's init and destroy. Its class pays every rank's spawn and",
-    "  torch import once (the mean over 20 tests: 2.4 s at 2 ranks, 4.6 s at 4), so at 2",
-    "  ranks it overtakes tpbcast_run after ~125 tests per class in wall time (~200 in",
-    "  CPU) on this box. It gives up isolation: a rank that crashes, hangs or leaves state",
-    "  behind affects every later test of the class, and the tests must be methods of the",
-    "  class. tpbcast_run is the cheapest runner that gives each test fresh ranks.",
-    "- **A tpbcast_run test is mostly gloo.** Inside the ranks of a 2-rank group (load ~18):",
-    "  `init_process_group` with the FileStore 89 ms, the first `broadcast` 28 ms,",
-    "  `destroy_process_group` 34 ms (rank 0, medians of 12 groups); the harness's fork,",
-    "  supervision and reaping are the rest. `fixtures/_dist.py` owns that store.",
+    "- **A tpbcast_run test is mostly gloo.** Inside the ranks (rank 0, medians of 12",
+    "  groups, load 2.9): at 2 ranks a 60 ms group spends 17 ms in `init_process_group`",
+    "  (FileStore), 1.5 ms in the `broadcast` and 20 ms in `destroy_process_group`; at 4",
+    "  ranks 45, 5 and 29 ms of 118 ms. The harness (fork, supervision, reaping, verdicts)",
+    "  is the remaining ~20 ms. `fixtures/_dist.py` owns the store and the teardown.",
     "- **A fork from a torch parent is a page-table copy.** `perf record` of 300 2-rank",
     "  groups from a parent that imported torch: 31-35 % of all CPU samples in",
     "  `copy_process`/`dup_mmap` (`copy_page_range`: one entry per touched 4 KiB page),",
@@ -439,11 +461,11 @@ NOTES = [
     "  its RankContext, result writer and stdout/stderr objects after the fork. CPU per",
     "  group, 4 interleaved pairs of 200 groups: -0.7 ms (noisy at this load). What is",
     "  left over the bare fork: +3.1 ms of CPU per 2-rank group by `perf stat` task-clock",
-    "  (17.2 vs 14.1 ms), +4.7 to +5.8 ms by rusage in the tables: the <= 3 ms goal is not",
-    "  met. Most of the rest is the parent's and the ranks' Python after the fork (~500",
-    "  pages written in the parent, ~170 more per rank than a bare child): each first write",
-    "  to a page shared with a rank is a fault. The wall overhead on this box (+18 to +43",
-    "  ms at load 13-17) is mostly waiting for a core between the group's context switches.",
+    "  (17.2 vs 14.1 ms, load 15), +4 to +6 ms by rusage in the tables (+4.2 ms at load",
+    "  2.5): the <= 3 ms goal is not met. Most of it is the parent's and the ranks' Python",
+    "  after the fork (~500 pages written in the parent, ~170 more per rank than a bare",
+    "  child): each first write to a page shared with a rank is a fault. The wall overhead",
+    "  under load (+18 to +43 ms at load 13-17) is mostly waiting for a core.",
     "- **A fork server (ranks forked from a template process started early, torch imported,",
     "  no torch op run) would not make the fork cheaper**: the large parent *is* torch. A",
     "  fresh `import torch` holds ~278 MiB RSS, 144 MiB of it anonymous (table above); the",
@@ -493,7 +515,7 @@ def write_report(data: dict[str, Any], out: Path) -> Path:
         _hugepages_section(data["hugepages"], out, lines)
     if "conformance" in data:
         _conformance_section(data["conformance"], lines)
-    lines += NOTES
+    lines += NOTES[:5] + _pool_note(data) + NOTES[5:]
     path = out / SECTION_FILE
     path.write_text("\n".join(lines))
     return path
