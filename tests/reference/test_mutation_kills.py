@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import select
 import signal
 import socket
 import sys
@@ -921,6 +922,9 @@ def test_a_reset_during_a_receive_is_a_peer_closing_with_the_bytes_so_far(
             ready.set()
             conn = wire.accept(listener, wire.Deadline.after(10.0))
             with conn:  # never reads the 4-byte rank: closing then resets the link
+                # ...but waits for it: closed before the peer wrote it, the peer would
+                # see EPIPE and take rank 0 for a previous incarnation (connect again)
+                assert select.select([conn], [], [], 10.0)[0], "no rank handshake"
                 wire.send_all(conn, bytes([wire.PROBE]) + sent, wire.Deadline.after(10.0))
 
     thread = _in_thread(partial_root)
