@@ -18,6 +18,7 @@ test from its parent (environment and module state), so a mutant runs in ranks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -50,6 +51,10 @@ def _relay(original: Callable[..., None]) -> Callable[..., None]:
         except OSError:  # never fail a test over a lost hit (it only selects fewer tests)
             return
         try:
+            # umask-proof: a rank that drops privileges later (setuid nobody) must still
+            # append to the file it created as root
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, 0o666)
             os.write(fd, name.encode() + b"\n")
         finally:
             os.close(fd)

@@ -956,6 +956,8 @@ def test_engine_refusals_say_what_is_wrong(short_dir: str) -> None:
     """In a forked rank (torch): a closed engine, a missing store dir, a non-tensor."""
 
     def rank_main(ctx: RankContext) -> list[str]:
+        import torch
+
         closed = TorchDistributedEngine()
         closed.close()
         seen = []
@@ -971,6 +973,9 @@ def test_engine_refusals_say_what_is_wrong(short_dir: str) -> None:
             with pytest.raises(ConfigurationError) as info:
                 engine.broadcast(["not a tensor"], 0, None)
             seen.append(f"{info.value.phase}: {info.value.reason}")
+            with pytest.raises(CollectiveError) as info:
+                engine.broadcast([torch.zeros(2)], 3, None)  # no rank 3 in a group of 1
+            seen.append(f"{info.value.phase}: {info.value.reason.split(':')[0]}")
         finally:
             engine.close()
         return seen
@@ -980,6 +985,7 @@ def test_engine_refusals_say_what_is_wrong(short_dir: str) -> None:
         "collective: torch.distributed/gloo engine is closed",
         "True: the FileStore directory does not exist",
         "collective: tensor 0 is a str, not a torch.Tensor",
+        "collective: torch.distributed/gloo broadcast could not start",
     ]
 
 
