@@ -439,28 +439,9 @@ def check(
     return record(cid, passed, message, rank=None if passed else rank)
 
 
-def peers_of(result: Any) -> list[Any]:
-    """Outcomes of ranks 1..n-1."""
-    return list(result.outcomes[1:])
-
-
 def ok_values(result: Any) -> list[Any]:
     """Each rank's returned value (the group must have succeeded)."""
     return [outcome.value for outcome in result.outcomes]
-
-
-def assert_no_survivors(result: Any, cid: str = "HYG-1") -> None:
-    """No process of the group outlived it."""
-    assert not result.survivors, clause(
-        cid, "no process of the group survives it", f"survivors {result.survivors}"
-    )
-
-
-def assert_no_leftovers(result: Any, cid: str = "HYG-2") -> None:
-    """No file the ranks created is left in the workdir."""
-    assert not result.leftover_files, clause(
-        cid, "no socket file is left after reset", f"leftover files {result.leftover_files}"
-    )
 
 
 def status_of(outcome: Any) -> str:
