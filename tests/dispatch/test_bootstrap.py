@@ -355,6 +355,10 @@ def _mismatch_rank(ctx: RankContext) -> str:
     except ConfigurationError as exc:
         return str(exc)
     finally:
+        # The refusal needs no collective, so without this barrier one rank could tear
+        # its group down while gloo still connects the other (connectFullMesh: "closed
+        # by peer", seen under load).
+        ctx.sync("checked")
         stack.dispatcher.teardown()
     return "no error"
 
