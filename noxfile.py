@@ -229,11 +229,13 @@ def bench(session: nox.Session) -> None:
     # matplotlib: the PNG plots in reports/bench/; expecttest: torch's MultiProcessTestCase
     # (torch.testing._internal.common_distributed), the baseline of bench_harness_cost.py.
     _install_project(session, "matplotlib", "expecttest")
-    session.run("python", "benchmarks/bench_harness.py", *session.posargs)
-    session.run("python", "benchmarks/bench_dispatch.py", *session.posargs)
-    # Broadcast latency/throughput vs size, reference vs its baselines (~6 min; `quick` in
-    # the posargs: 4 sizes, a tenth of the rounds); reports/bench/broadcast*.
+    # `quick` selects the smoke runs of the two benchmarks below; other posargs go to these.
     quick = ["--quick"] if "quick" in session.posargs else []
+    rest = [arg for arg in session.posargs if arg != "quick"]
+    session.run("python", "benchmarks/bench_harness.py", *rest)
+    session.run("python", "benchmarks/bench_dispatch.py", *rest)
+    # Broadcast latency/throughput vs size, reference vs its baselines (~6 min; `quick`:
+    # 4 sizes, a tenth of the rounds); reports/bench/broadcast*.
     session.run("python", "benchmarks/bench_broadcast.py", *quick)
     # Per-test cost of a multi-rank test (tpbcast_run vs torch's MultiProcessTestCase and
     # MultiProcContinuousTest), run_ranks vs a bare fork, fork cost vs parent size, the
