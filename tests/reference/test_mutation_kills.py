@@ -4,7 +4,9 @@ Each test here pins a behaviour that a mutmut mutant of ``tpbcast.reference_impl
 changed without any other self-test noticing (``nox -s mutation``; the mutants are
 listed in reports/mutation/).  They check what a user or an operator sees -- an error
 that names the setting to change, a field of an error, a deadline -- never the source
-text.  All run in the pytest process: no fork, milliseconds each.
+text.  Most run in the pytest process (a wire-v1 peer or rank 0 is a thread using
+tpbcast.harness.wire); a few fork ranks through tpbcast.harness.run_ranks; those that
+need torch are in tests/dispatch/test_mutation_kills_torch.py.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import contextlib
 import ctypes
 import errno
 import hashlib
-import importlib.util
 import math
 import os
 import select
@@ -33,9 +34,7 @@ from tpbcast.reference_impl import (
     BroadcastError,
     BroadcastTimeoutError,
     BrokenBroadcasterError,
-    CollectiveError,
     ConfigurationError,
-    CpuBroadcastDispatcher,
     CpuTpBroadcaster,
     HandshakeError,
     NotInitializedError,
@@ -43,7 +42,6 @@ from tpbcast.reference_impl import (
     ReinitMismatchError,
     SecurityError,
     TorchDistributedEngine,
-    UnsupportedDeviceError,
     bootstrap,
     make_base_path,
 )
@@ -496,31 +494,6 @@ def test_a_long_failure_reason_is_kept_to_300_characters(base_path: str) -> None
 # -- torch tensors (in forked ranks only: never torch in the pytest process) --------------
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-def test_one_byte_tensors_travel_and_sparse_ones_are_refused_with_the_reason(
-    base_path: str,
-) -> None:
-    def rank_main(ctx: RankContext) -> list[int]:
-        import torch
-
-        bcast = CpuTpBroadcaster(BroadcasterConfig(init_timeout=20.0, io_timeout=20.0))
-        bcast.initialize(ctx.rank, 2, base_path)
-        try:
-            one = torch.tensor([7 if ctx.rank == 0 else 0], dtype=torch.uint8)
-            bcast.broadcast([torch.empty(0), one])
-            with pytest.raises(ConfigurationError) as info:
-                bcast.broadcast(torch.zeros(2, 2).to_sparse())
-            assert str(info.value) == (
-                "buffer 0 is a torch tensor with layout torch.sparse_coo; only strided "
-                "(dense) tensors can be broadcast"
-            )
-            return one.tolist()
-        finally:
-            bcast.reset()
-
-    assert run_ranks(rank_main, 2, timeout=60.0).values() == [[7], [7]]
-
-
 def test_writing_to_a_peer_that_left_names_the_errno(base_path: str) -> None:
     with _pair(base_path, io_timeout=10.0) as (root, peer):
         peer.reset()  # its end of the link closes
@@ -951,44 +924,6 @@ def test_an_engine_wraps_a_group_it_does_not_own_by_default() -> None:
     assert TorchDistributedEngine(owns_group=True).owns_group is True
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-def test_engine_refusals_say_what_is_wrong(short_dir: str) -> None:
-    """In a forked rank (torch): a closed engine, a missing store dir, a non-tensor."""
-
-    def rank_main(ctx: RankContext) -> list[str]:
-        import torch
-
-        closed = TorchDistributedEngine()
-        closed.close()
-        seen = []
-        with pytest.raises(CollectiveError) as info:
-            closed.broadcast([], 0, None)
-        seen.append(f"{info.value.phase}: {info.value.reason}")
-        missing = os.path.join(ctx.workdir, "missing")
-        with pytest.raises(ConfigurationError) as info:
-            TorchDistributedEngine.create(0, 1, missing)
-        seen.append(f"{info.value.path == missing}: {info.value.reason}")
-        engine = TorchDistributedEngine.create(0, 1, ctx.workdir, timeout=20.0)
-        try:
-            with pytest.raises(ConfigurationError) as info:
-                engine.broadcast(["not a tensor"], 0, None)
-            seen.append(f"{info.value.phase}: {info.value.reason}")
-            with pytest.raises(CollectiveError) as info:
-                engine.broadcast([torch.zeros(2)], 3, None)  # no rank 3 in a group of 1
-            seen.append(f"{info.value.phase}: {info.value.reason.split(':')[0]}")
-        finally:
-            engine.close()
-        return seen
-
-    (seen,) = run_ranks(rank_main, 1, timeout=60.0).values()
-    assert seen == [
-        "collective: torch.distributed/gloo engine is closed",
-        "True: the FileStore directory does not exist",
-        "collective: tensor 0 is a str, not a torch.Tensor",
-        "collective: torch.distributed/gloo broadcast could not start",
-    ]
-
-
 def test_argument_and_reinit_errors_name_type_and_phase(base_path: str) -> None:
     with pytest.raises(ConfigurationError) as info:
         CpuTpBroadcaster().initialize("0", 2, base_path)  # type: ignore[arg-type]
@@ -1030,63 +965,6 @@ def test_reset_during_initialize_from_another_thread_is_refused(base_path: str) 
 def test_the_deadline_budget_is_not_checked_without_a_group_timeout() -> None:
     config = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0)
     assert _check_deadline_budget(None, config, None, 0) is None
-
-
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-def test_dispatch_errors_name_the_rank_and_the_bytes(base_path: str) -> None:
-    """TP=1 in a forked rank (torch): the adapter's dispatcher names its rank in a refusal;
-    a non-CPU tensor on the UDS path is refused with its size."""
-
-    def rank_main(ctx: RankContext) -> list[object]:
-        import torch
-
-        engine = TorchDistributedEngine.create(0, 1, ctx.workdir, timeout=20.0)
-        try:
-            adapter: Any = make().make_dispatcher(
-                engine=engine, rank=0, world_size=1, workdir=ctx.workdir
-            )
-            adapter.bootstrap(local_world_size=1, base_path=base_path)
-            with pytest.raises(ConfigurationError) as bad_root:
-                adapter.broadcast_cpu([bytearray(1)], root=1)
-            up = CpuTpBroadcaster()
-            up.initialize(0, 1, base_path)
-            try:
-                dispatcher = CpuBroadcastDispatcher(up, engine, rank=0, owns_engine=False)
-                with pytest.raises(UnsupportedDeviceError) as meta:
-                    dispatcher.broadcast_cpu([torch.empty(3, device="meta")])
-            finally:
-                up.reset()
-            adapter.teardown()
-        finally:
-            engine.close()
-        return [bad_root.value.rank, meta.value.rank, meta.value.bytes_total]
-
-    (seen,) = run_ranks(rank_main, 1, timeout=60.0).values()
-    assert seen == [0, 0, 12]
-
-
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-def test_a_collective_that_cannot_complete_names_its_size(short_dir: str) -> None:
-    """Rank 0 waits for a broadcast rank 1 never joins (rank 1 leaves): the sync reports it."""
-
-    def rank_main(ctx: RankContext) -> list[object] | None:
-        import torch
-
-        engine = TorchDistributedEngine.create(ctx.rank, 2, ctx.workdir, timeout=5.0)
-        if ctx.rank == 1:
-            ctx.wait("started", timeout=30.0)
-            return None  # leaves without joining the collective
-        try:
-            engine.broadcast([torch.zeros(4)], 1, None)  # 16 bytes from rank 1
-            ctx.notify("started")
-            with pytest.raises(CollectiveError) as info:
-                engine.sync_communication()
-            return [info.value.phase, info.value.bytes_done, info.value.bytes_total]
-        finally:
-            engine.close()
-
-    values = run_ranks(rank_main, 2, timeout=60.0).values()
-    assert values[0] == ["sync_communication", 0, 16]
 
 
 def test_config_is_the_default_until_initialize_and_again_after_reset(base_path: str) -> None:
