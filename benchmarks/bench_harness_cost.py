@@ -318,21 +318,6 @@ def part_tests(opts: argparse.Namespace, runners: list[str] | None = None) -> di
 # --------------------------------------------------------------------------- overhead
 
 
-def _trivial(ctx: object) -> int:
-    return 0
-
-
-def _bare_fork(n: int) -> None:
-    pids = []
-    for _ in range(n):
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        pids.append(pid)
-    for pid in pids:
-        os.waitpid(pid, 0)
-
-
 def _cpu_ms() -> float:
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -341,11 +326,12 @@ def _cpu_ms() -> float:
 
 def _overhead_in_process(sizes: list[int], reps: int, warmup: int) -> dict[str, Any]:
     import torch  # noqa: F401 - the realistic parent: torch imported, no torch op run
+    from bench_harness import bare_fork, trivial  # the same two as the harness bench
 
     from tpbcast.harness import run_ranks
 
     def harness(n: int) -> None:
-        result = run_ranks(_trivial, n, timeout=30.0)
+        result = run_ranks(trivial, n, timeout=30.0)
         if not result.ok:
             raise SystemExit(result.report())
 
@@ -364,7 +350,7 @@ def _overhead_in_process(sizes: list[int], reps: int, warmup: int) -> dict[str, 
         cpu: dict[str, list[float]] = {"run_ranks": [], "bare_fork": []}
         runners: list[tuple[str, Callable[[int], None]]] = [
             ("run_ranks", harness),
-            ("bare_fork", _bare_fork),
+            ("bare_fork", bare_fork),
         ]
         for i in range(warmup + reps):
             for name, fn in runners if i % 2 == 0 else runners[::-1]:
