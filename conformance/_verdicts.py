@@ -152,7 +152,8 @@ def _judge_group_failure(exc: RankGroupFailure) -> Judgement:
     cid = _clause_of_failed_check(first)
     if cid is not None:
         # A clause check that failed inside the rank: judged like one in the test body.
-        return Judgement(Verdict.FAIL, _clip(f"{detail}\n\n{exc}"), first.rank, cid)
+        text = detail.split(_REWRITE_TAIL, 1)[0]
+        return Judgement(Verdict.FAIL, _clip(f"{text}\n\n{exc}"), first.rank, cid)
     message = headline if not detail or detail in headline else f"{headline}\n{detail}"
     return Judgement(Verdict.FAIL, _clip(f"{message}\n\n{exc}"), first.rank)
 
