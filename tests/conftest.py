@@ -8,8 +8,10 @@ At configure time (in the xdist controller, or the only process without xdist) w
 2. snapshot the processes of our session (sid).
 At session finish (same process, after the workers are gone) we fail the run if
 - the private root still holds anything (a workdir some group did not clean up), or
-- a process of our session appeared during the run and was orphaned (its parent is no
-  longer in the session): a rank that outlived its runner.
+- a process of our session that this run started (it inherited the private root in its
+  environment) appeared during the run and was orphaned (its parent is no longer in the
+  session): a rank that outlived its runner.  An unrelated job started in the same
+  terminal meanwhile is not ours: it is neither reported nor killed.
 """
 
 from __future__ import annotations
@@ -53,13 +55,26 @@ def session_processes() -> dict[int, tuple[str, int, int, int, int]]:
     return found
 
 
-def find_orphans(before: set[tuple[int, int]]) -> list[str]:
+def _started_by_this_run(pid: int, root: str) -> bool:
+    """True if ``pid`` inherited this run's workdir root: every process the run starts
+    (xdist workers, ranks, their children, subprocesses) carries it in its environment,
+    while an unrelated job the user started in the same terminal session does not, and
+    must be neither reported nor killed."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read().split(b"\0")
+    except OSError:
+        return False
+    return f"{WORKDIR_ROOT_ENV}={root}".encode() in environ
+
+
+def find_orphans(before: set[tuple[int, int]], root: str) -> list[str]:
     procs = session_processes()
     orphans = []
     for pid, (state, ppid, pgrp, _sid, start) in procs.items():
         if (pid, start) in before or pid == os.getpid():
             continue
-        if ppid not in procs:
+        if ppid not in procs and _started_by_this_run(pid, root):
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -117,11 +132,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Workers release their pooled workdirs at exit; give them a bounded moment.
     deadline = time.monotonic() + 15.0
     leftovers = sorted(os.listdir(root))
-    orphans = find_orphans(config.stash[_SNAP_KEY])
+    orphans = find_orphans(config.stash[_SNAP_KEY], root)
     while (leftovers or orphans) and time.monotonic() < deadline:
         time.sleep(0.05)  # polling with a deadline: other processes must finish exiting
         leftovers = sorted(os.listdir(root))
-        orphans = find_orphans(config.stash[_SNAP_KEY])
+        orphans = find_orphans(config.stash[_SNAP_KEY], root)
     if leftovers:
         problems.append(f"leftover workdirs under {root}: {', '.join(leftovers)}")
     if orphans:
