@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import enum
 import errno
+import fcntl
 import os
 import select
 import socket
 import stat
 import struct
+import termios
 import time
 from dataclasses import dataclass
 from typing import Any, Final, Self
@@ -50,6 +52,7 @@ __all__ = [
     "send_all",
     "socket_path",
     "unpack_rank",
+    "unread",
     "wait_hung_up",
 ]
 
@@ -542,6 +545,14 @@ def expect_closed(
             return CloseObservation(got, bytes(extra), time.monotonic() - start)
         if not _wait(sock, _POLL_IN, deadline):
             return CloseObservation(CloseKind.OPEN, bytes(extra), time.monotonic() - start)
+
+
+def unread(sock: socket.socket) -> int:
+    """Bytes ``sock`` sent that the other end has not read yet (SIOCOUTQ): 0 once the
+    other end read them, or once it closed.  How a byte-level rank proves the implementation
+    really read what it sent, without a read on the other side to observe."""
+    raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4)
+    return int(struct.unpack("i", raw)[0])
 
 
 def is_hung_up(sock: socket.socket) -> bool:

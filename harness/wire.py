@@ -31,6 +31,7 @@ from ._wire import (
     send_all,
     socket_path,
     unpack_rank,
+    unread,
     wait_hung_up,
 )
 
@@ -56,5 +57,6 @@ __all__ = [
     "send_all",
     "socket_path",
     "unpack_rank",
+    "unread",
     "wait_hung_up",
 ]

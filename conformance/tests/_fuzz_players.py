@@ -12,13 +12,10 @@ fault itself (a slow or silent rank), never synchronisation.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import itertools
 import os
 import socket
 import stat
-import struct
-import termios
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,22 +27,23 @@ from tpbcast.harness.wire import (
     WireError,
     accept,
     address_of,
-    connect,
     expect_closed,
     listen,
     pack_rank,
     recv_exact,
     send_all,
     unpack_rank,
+    unread,
     wait_hung_up,
 )
+
+from . import _support as s
+from . import _watch
 
 GAP: Final = 0.002
 """Pause after a chunk marked slow (the fault: a rank that dribbles its bytes)."""
 SETUP: Final = 10.0
 """Bound of a player's own set-up (connect, accept, reading a handshake)."""
-RETRY: Final = 0.05
-"""One round of the fuzzed peer's connect retries, between two looks at ``give_up``."""
 POLL: Final = 0.005
 """How often a bounded wait of a player looks again (a socket's send queue, a flag)."""
 
@@ -117,33 +115,6 @@ class PeerSeen:
     error: str = ""
 
 
-def _connect_unless(address: str, deadline: Deadline, give_up: Callable[[], bool]) -> socket.socket:
-    """:func:`connect`, in short rounds, until ``give_up()`` (rank 0 already failed: no
-    listener will come) or ``deadline``; the last round's error is raised."""
-    while True:
-        try:
-            return connect(address, Deadline(min(deadline.at, Deadline.after(RETRY).at)))
-        except WireError:
-            if give_up() or deadline.expired():
-                raise
-
-
-def unread(sock: socket.socket) -> int:
-    """Bytes ``sock`` sent that the other end has not read yet (SIOCOUTQ; 0 once read or
-    once the other end closed)."""
-    raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4)
-    return int(struct.unpack("i", raw)[0])
-
-
-def _until(predicate: Callable[[], bool], deadline: Deadline) -> bool:
-    """Poll ``predicate`` until it holds or ``deadline`` passes (a bounded wait)."""
-    while not predicate():
-        if deadline.expired():
-            return False
-        time.sleep(POLL)
-    return True
-
-
 def play_peer(
     base_path: str,
     script: PeerScript,
@@ -156,13 +127,13 @@ def play_peer(
     ``on_read()`` is called once rank 0 has read the handshake bytes (or dropped them)."""
     deadline = Deadline.after(SETUP)
     try:
-        sock = _connect_unless(address_of(base_path), deadline, give_up)
+        sock = _watch.connect_unless(address_of(base_path), give_up, deadline)
     except WireError as exc:
         return PeerSeen(False, 0, "", error=f"connect: {exc}")
     with sock:
         sent, ended = _send_chunks(sock, script.handshake, deadline)
         if on_read is not None:
-            _until(lambda: unread(sock) == 0 or give_up(), deadline)
+            s.wait_for(lambda: unread(sock) == 0 or give_up(), deadline.remaining(), POLL)
             on_read()
         if ended:
             seen = expect_closed(sock, Deadline.after(0.0))
@@ -200,13 +171,13 @@ def play_twin(
     what the second saw and the first byte the first connection got (None: none)."""
     deadline = Deadline.after(SETUP)
     try:
-        first = _connect_unless(address_of(base_path), deadline, give_up)
+        first = _watch.connect_unless(address_of(base_path), give_up, deadline)
         send_all(first, pack_rank(rank), deadline, what="fuzz twin announce")
     except WireError as exc:
         on_read()
         return PeerSeen(False, 0, "", error=f"first connection: {exc}"), None
     with first:
-        _until(lambda: unread(first) == 0 or give_up(), deadline)
+        s.wait_for(lambda: unread(first) == 0 or give_up(), deadline.remaining(), POLL)
         seen = play_peer(base_path, script, observe, give_up, on_read)
         early = expect_closed(first, Deadline.after(0.0), stop_after=1)
     return seen, early.extra[0] if early.extra else None

@@ -208,20 +208,24 @@ def dir_filled(directory: str) -> Callable[[], str | None]:
     return changed
 
 
-def connect_unless(path: str, stop: Callable[[], bool], timeout: float) -> socket.socket | None:
-    """Connect to ``path`` like a peer retrying a rank 0 not yet listening, but give up
-    as soon as ``stop()`` (e.g. rank 0 reported its initialize failed) or after
-    ``timeout`` s: None then."""
-    deadline = time.monotonic() + timeout
-    while not stop():
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if sock.connect_ex(path) == 0:
-            return sock
-        sock.close()
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(RETRY / 5)  # retry interval of a polling connect, not a sync
-    return None
+def connect_unless(
+    address: str, stop: Callable[[], bool], deadline: wire.Deadline
+) -> socket.socket:
+    """Connect like a peer retrying a rank 0 not yet listening (:func:`wire.connect`, so
+    only ENOENT/ECONNREFUSED are retried: a permission fault fails at once), in rounds of
+    :data:`RETRY` s, giving up once ``stop()`` (e.g. rank 0 reported its initialize failed)
+    or at ``deadline``.
+
+    :raises wire.WireError: the last round's timeout when it gave up, or a connect error
+        that retrying cannot cure.
+    """
+    while True:
+        round_ends = wire.Deadline(min(deadline.at, wire.Deadline.after(RETRY).at))
+        try:
+            return wire.connect(address, round_ends)
+        except wire.WireTimeoutError:
+            if stop() or deadline.expired():
+                raise
 
 
 def turn_away_peers(path: str, peers: int = 1, timeout: float = s.OBSERVE) -> int:

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import select
 import socket
-import struct
-import termios
 import threading
 import time
 
@@ -47,13 +44,6 @@ def _check_group_want(seed):
 def _check_group_works(cid, sentence, digest, seed, *, rank=None):
     """``digest`` (from :func:`_check_group`) shows a working group: a check of ``cid``."""
     return s.check(cid, digest == _check_group_want(seed), sentence, digest, rank=rank)
-
-
-def _unread(sock):
-    """Bytes ``sock`` sent that the other side has not read yet (SIOCOUTQ; 0 once read,
-    or once the other side closed)."""
-    raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4)
-    return struct.unpack("i", raw)[0]
 
 
 def _has_pending_connection(listener):
@@ -444,7 +434,7 @@ def _announce_and_watch(ctx, rank, *, notify_in=None):
         sock.sendall(wire.pack_rank(rank))
         if notify_in:
             ctx.notify(notify_in)
-        read = s.wait_for(lambda: _unread(sock) == 0, s.MARGIN)
+        read = s.wait_for(lambda: wire.unread(sock) == 0, s.MARGIN)
         ctx.notify(f"read{ctx.rank}")
         return read, s.read_window(sock, s.OBSERVE)
 

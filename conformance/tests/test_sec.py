@@ -219,8 +219,10 @@ def test_socket_file_is_private_before_any_accept(tpbcast_run, tpbcast_impl):
         # A byte-level peer: it stats the file while its connection waits in the
         # backlog, i.e. before rank 0 accepted anyone, then completes the handshake.
         try:
-            sock = _watch.connect_unless(path, lambda: os.path.exists(failed), s.OBSERVE)
-            if sock is None:
+            stop = lambda: os.path.exists(failed)  # noqa: E731
+            try:
+                sock = _watch.connect_unless(path, stop, wire.Deadline.after(s.OBSERVE))
+            except wire.WireTimeoutError:
                 return "rank 0 never listened"
             with sock:
                 mode = stat.S_IMODE(os.stat(path).st_mode)

@@ -62,6 +62,7 @@ TIERS = {
         "send_all",
         "socket_path",
         "unpack_rank",
+        "unread",
         "wait_hung_up",
     },
     "tpbcast.harness.rogue": {
