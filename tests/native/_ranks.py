@@ -63,6 +63,16 @@ def expected_digests(seed: int, sizes: tuple[int, ...] = SIZES) -> list[str]:
     return [hashlib.sha256(payload(seed, s)).hexdigest() for s in sizes]
 
 
+def process_state(pid: int) -> str:
+    """``/proc/<pid>/stat`` state letter (``S``, ``T``, ``Z``, ...), or ``gone``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return "gone"
+    return stat[stat.rfind(b")") + 2 :][:1].decode()
+
+
 def open_fds() -> set[int]:
     return {int(n) for n in os.listdir("/proc/self/fd")}
 

@@ -27,6 +27,8 @@ from tpbcast.harness._exec_errors import (
 )
 from tpbcast.harness.adapter import ImplementationLoadError, UnknownCapabilityError
 
+from ._ranks import process_state
+
 FAKE = Path(__file__).with_name("_fake_driver.py")
 
 
@@ -38,16 +40,6 @@ def native_exec() -> str:
 
 def _fake(mode: str) -> str:
     return f"exec:{shlex.join([sys.executable, str(FAKE), mode])}"
-
-
-def _state(pid: int) -> str:
-    """``/proc/<pid>/stat`` state letter, or ``gone``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return "gone"
-    return stat[stat.rfind(b")") + 2 :][:1].decode()
 
 
 def test_load_reads_the_hello(native_exec):
@@ -162,7 +154,7 @@ def test_driver_dies_with_its_rank_mid_call(native_exec, tmp_path):
     result = run_ranks(target, 1, timeout=30)
     assert result.outcomes[0].signal_name == "SIGKILL"
     assert not result.survivors, f"driver outlived its rank: {result.survivors}"
-    assert _state(int(pid_file.read_text())) in ("gone", "Z")
+    assert process_state(int(pid_file.read_text())) in ("gone", "Z")
 
 
 def test_driver_crash_mid_call_names_rank_and_command(tmp_path):

@@ -29,7 +29,7 @@ from tpbcast.harness._companions import current, register, unregister
 from tpbcast.harness._exec_protocol import ProtocolError, Reader, decode_hello
 from tpbcast.harness.adapter import ImplementationLoadError
 
-from ._ranks import payload
+from ._ranks import payload, process_state
 
 FAKE = Path(__file__).with_name("_fake_driver.py")
 SIZES = (0, 1, 4097, 1 << 20, 8 << 20)
@@ -61,16 +61,6 @@ def _join_storms() -> None:
 
 def _storming() -> bool:
     return any(t.name == STORM_THREAD for t in threading.enumerate())
-
-
-def _state(pid: int) -> str:
-    """``/proc/<pid>/stat`` state letter, or ``gone``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return "gone"
-    return stat[stat.rfind(b")") + 2 :][:1].decode()
 
 
 def _caught(pid: int) -> int:
@@ -119,7 +109,7 @@ def _storm_rank(ctx: RankContext, impl: Any) -> dict[str, Any]:
         rounds += 1
         during_storm += storming
     _join_storms()
-    alive = _state(driver) not in ("gone", "Z")
+    alive = process_state(driver) not in ("gone", "Z")
     bcast.reset()
     bcast.close()  # the driver writes its count of handled signals, then exits
     return {
@@ -170,7 +160,7 @@ def _storm_then_close(ctx: RankContext, impl: Any, broadcast: bool) -> dict[str,
     caught = _caught(driver)
     ctx.point("storm")
     _join_storms()
-    alive = _state(driver) not in ("gone", "Z")
+    alive = process_state(driver) not in ("gone", "Z")
     echoed = None
     if broadcast:
         bcast.initialize(1, 2, ctx.base_path)  # the fake: any call succeeds
