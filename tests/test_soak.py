@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import mmap
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,12 +71,20 @@ class FlipsAByte(Delegating):
 
 
 class HoardsMemory(Delegating):
-    """Keeps 64 KiB (written, so resident) for every call: a per-call leak."""
+    """Keeps 64 KiB (written, so resident) for every call: a per-call leak.
 
-    hoard: list[bytes] = []  # noqa: RUF012 - the defect is exactly this shared list
+    Each hoard is its own anonymous mapping, so every call adds fresh resident pages: a
+    heap allocation can be carved from memory the soak's freed payload buffers left
+    resident, and then RSS need not grow (the test once saw every rank flat in a
+    clean-clone run; heap reuse is the likely cause, not a proven one).
+    """
+
+    hoard: list[mmap.mmap] = []  # noqa: RUF012 - the defect is exactly this shared list
 
     def broadcast(self, buffers: Any, root: int = 0) -> Any:
-        HoardsMemory.hoard.append(b"\x01" * (64 << 10))
+        block = mmap.mmap(-1, 64 << 10)
+        block.write(b"\x01" * len(block))
+        HoardsMemory.hoard.append(block)
         return self.inner.broadcast(buffers, root)
 
 
