@@ -39,7 +39,6 @@ __all__ = [
     "recv_exact",
     "send_all",
     "send_views",
-    "wait_readable",
 ]
 
 #: sendmsg takes at most IOV_MAX (1024 on Linux) buffers per call.
@@ -254,11 +253,6 @@ def _wait_ready(
             deadline=deadline,
             code=errno.EBADF,
         )
-
-
-def wait_readable(sock: socket.socket, deadline: Deadline) -> bool:
-    """True when ``sock`` is readable (or hung up) before the deadline."""
-    return _wait(_poller(sock, _POLL_IN, None), deadline) != 0
 
 
 def send_all(
