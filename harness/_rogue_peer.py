@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ._rogue_report import GARBAGE_HANDSHAKE, RogueReport, Then, _buffers_of, _pending, _Recorder
-from ._wire import (
+from .wire import (
     PROBE,
     RANK_SIZE,
     CloseKind,

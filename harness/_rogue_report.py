@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from ._wire import (
+from .wire import (
     CloseKind,
     PeerCredentials,
     describe_address,

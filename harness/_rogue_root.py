@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ._rogue_report import LinkReport, RogueError, RogueReport, _buffers_of, _Recorder
-from ._wire import (
+from .wire import (
     PROBE,
     PROBE_BYTE,
     RANK_SIZE,

@@ -36,13 +36,19 @@ def test_the_layer_chain_is_the_layers_contract() -> None:
     assert chain == _contract("Layers:")["layers"]
 
 
+def _drawn(label: str) -> list[str]:
+    line = next(ln for ln in _diagram().splitlines() if label in ln)
+    return [word for word in line.split(label, 1)[1].split("(")[0].split() if word != "|"]
+
+
+def _layer(index: int) -> list[str]:
+    return [t.strip() for t in str(_contract("Harness:")["layers"][index]).split("|")]  # type: ignore[index]
+
+
 def test_the_harness_tiers_are_the_tier_contract_and_the_facade() -> None:
-    line = next(ln for ln in _diagram().splitlines() if "public tiers:" in ln)
-    drawn = line.split("public tiers:", 1)[1].split("(")[0].split()
-    drawn_tiers = [word for word in drawn if word != "|"]
-    top_layer = str(_contract("Harness:")["layers"][0])  # type: ignore[index]
-    assert drawn_tiers == [t.strip() for t in top_layer.split("|")]
-    assert tuple(drawn_tiers) == harness.TIERS
+    assert _drawn("façade tiers:") == _layer(0)
+    assert _drawn("leaf tiers:") == _layer(2)
+    assert tuple(sorted(_layer(0) + _layer(2))) == harness.TIERS
 
 
 def test_every_private_harness_module_is_placed_in_the_tier_contract() -> None:

@@ -10,8 +10,7 @@ import struct
 
 import pytest
 
-from tpbcast.harness import RankContext, run_ranks
-from tpbcast.harness import _environment as env
+from tpbcast.harness import RankContext, env, run_ranks
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown/setuid)")
 

@@ -1,7 +1,7 @@
 """Self-tests of the rogue peers and roots.
 
 Each rogue is run against a minimal well-behaved counterpart written here with
-plain sockets (independent of ``_wire``), and against other rogues, to prove it
+plain sockets (independent of ``wire``), and against other rogues, to prove it
 emits exactly the bytes it claims and reports what the other side did.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pytest
 
 from tpbcast.harness import _rogue as r
-from tpbcast.harness._wire import CloseKind
+from tpbcast.harness.wire import CloseKind
 
 MARGIN = 5.0
 JOIN = 60.0
@@ -578,7 +578,7 @@ def test_duplicate_rank_peers(base):
 
 def test_a_refused_send_is_a_reaction_not_a_rogue_failure():
     from tpbcast.harness import _rogue_peer, _rogue_report
-    from tpbcast.harness._wire import Deadline
+    from tpbcast.harness.wire import Deadline
 
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     b.close()  # rank 0 dropped us before reading anything

@@ -1,4 +1,4 @@
-"""Self-tests of tpbcast.harness._wire: the suite's own byte-level wire-v1 speaker."""
+"""Self-tests of tpbcast.harness.wire: the suite's own byte-level wire-v1 speaker."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tpbcast.harness import RankContext, Status, run_ranks
-from tpbcast.harness import _wire as w
+from tpbcast.harness import wire as w
 
 MARGIN = 5.0  # generous: a 4x oversubscribed 2-core box must not make these flaky
 
