@@ -25,7 +25,7 @@ from typing import Protocol
 
 from . import _companions
 from ._outcome import signal_name
-from ._proc import PR_SET_PDEATHSIG_KILL, save_coverage, set_pdeathsig
+from ._proc import PR_SET_PDEATHSIG_KILL, save_coverage, set_pdeathsig, stat_fields
 
 __all__ = [
     "Delay",
@@ -161,13 +161,10 @@ def _wait_until_stopped(pid: int, budget: float) -> bool:
     """Poll (bounded) until ``pid`` is in state ``T`` (stopped by a signal)."""
     deadline = time.monotonic() + budget
     while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
+        fields = stat_fields(pid)
+        if fields is None:
             return False
-        state = stat[stat.rfind(b")") + 2 :][:1]  # the field after "(comm) "
-        if state == b"T":
+        if fields[0] == b"T":
             return True
         time.sleep(0.001)  # polling another process's state with a deadline
     return False

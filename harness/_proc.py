@@ -190,18 +190,24 @@ def list_group_members(pgids: set[int]) -> list[int]:
     """
     members = []
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # Fields after the ")" that ends the command name: state ppid pgrp ...
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) in pgids and fields[0] not in (b"Z", b"X"):
+        fields = stat_fields(int(name)) if name.isdigit() else None
+        if fields and len(fields) > 2 and int(fields[2]) in pgids and fields[0] not in (b"Z", b"X"):
             members.append(int(name))
     return sorted(members)
+
+
+def stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name: state (0), ppid (1),
+    pgrp (2), ..., starttime (19); None once the process is gone.
+
+    The name is split off at its LAST ``)``: it may itself hold spaces and parentheses.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return raw[raw.rfind(b")") + 2 :].split()
 
 
 # Signals whose Python handlers raise into the main thread in practice: Ctrl-C

@@ -30,6 +30,8 @@ import stat
 import tempfile
 from functools import cache
 
+from ._proc import stat_fields
+
 __all__ = ["make_private_dir", "owner_alive", "owner_mark", "sweep_stale_dirs"]
 
 # <pid>.<start>.<scope>-<8 chars of mkdtemp's alphabet: a-z, 0-9, _>
@@ -52,14 +54,8 @@ def _base36(n: int) -> str:
 
 def _proc_state_and_start(pid: int) -> tuple[str, int] | None:
     """(state letter, start time in clock ticks) of ``pid``, or None if it does not exist."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # Fields after the ")" that ends the command name: state(0) ... starttime(19).
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[19])
+    fields = stat_fields(pid)
+    return None if fields is None else (fields[0].decode(), int(fields[19]))
 
 
 @cache

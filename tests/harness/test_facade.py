@@ -15,107 +15,54 @@ import pytest
 
 from tpbcast import harness
 
-TIERS = {
-    "tpbcast.harness": {
-        "CapabilityMissing",
-        "Delay",
-        "Exit",
-        "FaultAction",
-        "FaultPlan",
-        "FaultRecord",
-        "ForkSafetyError",
-        "GroupResult",
-        "Implementation",
-        "Kill",
-        "Pause",
-        "Raise",
-        "RankContext",
-        "RankGroupFailure",
-        "RankOutcome",
-        "Segfault",
-        "SignalStorm",
-        "Status",
-        "SyncError",
-        "SyncTimeoutError",
-        "load_implementation",
-        "run_ranks",
-    },
-    "tpbcast.harness.wire": {
-        "PROBE",
-        "RANK_STRUCT",
-        "CloseKind",
-        "CloseObservation",
-        "Deadline",
-        "PeerCredentials",
-        "WireClosedError",
-        "WireError",
-        "WireTimeoutError",
-        "accept",
-        "address_of",
-        "connect",
-        "expect_closed",
-        "listen",
-        "pack_rank",
-        "peer_credentials",
-        "recv_exact",
-        "recv_until_eof",
-        "send_all",
-        "socket_path",
-        "unpack_rank",
-        "unread",
-        "wait_hung_up",
-    },
-    "tpbcast.harness.rogue": {
-        "PEER_BEHAVIOURS",
-        "ROOT_BEHAVIOURS",
-        "LinkReport",
-        "RogueAction",
-        "RogueError",
-        "RogueReport",
-        "RogueTarget",
-        "rogue_peer",
-        "rogue_root",
-    },
-    "tpbcast.harness.env": {
-        "BufferProof",
-        "EnvironmentFaultUnavailable",
-        "PathProof",
-        "UidProof",
-        "as_foreign_uid",
-        "foreign_owner_dir",
-        "leave_stale_socket",
-        "loose_dir",
-        "regular_file_at",
-        "stale_socket",
-        "symlink_at",
-        "tiny_socket_buffers",
-    },
-    "tpbcast.harness.adapter": {
-        "DEFAULT_IMPLEMENTATION",
-        "REQUIRED_MEMBERS",
-        "AdapterError",
-        "Broadcaster",
-        "Capability",
-        "CapabilityMissing",
-        "ExecBroadcastError",
-        "ExecDriverError",
-        "Implementation",
-        "ImplementationLoadError",
-        "UnknownCapabilityError",
-        "load_implementation",
-        "parse_capabilities",
-    },
-    "tpbcast.harness.runtime": {
-        "SEED_ENV",
-        "WORKDIR_PREFIX",
-        "WORKDIR_ROOT_ENV",
-        "NativeThread",
-        "PlannedFault",
-        "make_private_dir",
-        "native_threads",
-        "release_workdirs",
-        "sweep_stale_dirs",
-    },
+
+def _names(text: str) -> set[str]:
+    return set(text.split())
+
+
+TIERS = {  # each tier's __all__
+    "tpbcast.harness": _names(
+        """
+        CapabilityMissing Delay Exit FaultAction FaultPlan FaultRecord ForkSafetyError
+        GroupResult Implementation Kill Pause Raise RankContext RankGroupFailure RankOutcome
+        Segfault SignalStorm Status SyncError SyncTimeoutError load_implementation run_ranks
+        """
+    ),
+    "tpbcast.harness.wire": _names(
+        """
+        PROBE RANK_STRUCT CloseKind CloseObservation Deadline PeerCredentials
+        WireClosedError WireError WireTimeoutError accept address_of connect expect_closed
+        listen pack_rank peer_credentials recv_exact recv_until_eof send_all socket_path
+        unpack_rank unread wait_hung_up
+        """
+    ),
+    "tpbcast.harness.rogue": _names(
+        """
+        PEER_BEHAVIOURS ROOT_BEHAVIOURS LinkReport RogueAction RogueError RogueReport
+        RogueTarget rogue_peer rogue_root
+        """
+    ),
+    "tpbcast.harness.env": _names(
+        """
+        BufferProof EnvironmentFaultUnavailable PathProof UidProof as_foreign_uid
+        foreign_owner_dir leave_stale_socket loose_dir regular_file_at stale_socket
+        symlink_at tiny_socket_buffers
+        """
+    ),
+    "tpbcast.harness.adapter": _names(
+        """
+        DEFAULT_IMPLEMENTATION REQUIRED_MEMBERS AdapterError Broadcaster Capability
+        CapabilityMissing ExecBroadcastError ExecDriverError Implementation
+        ImplementationLoadError UnknownCapabilityError load_implementation
+        parse_capabilities
+        """
+    ),
+    "tpbcast.harness.runtime": _names(
+        """
+        SEED_ENV WORKDIR_PREFIX WORKDIR_ROOT_ENV NativeThread PlannedFault make_private_dir
+        native_threads release_workdirs sweep_stale_dirs
+        """
+    ),
 }
 
 

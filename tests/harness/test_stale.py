@@ -14,6 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tpbcast.harness import run_ranks
+from tpbcast.harness._proc import stat_fields
 from tpbcast.harness._stale import _base36, _scope, owner_alive, owner_mark
 from tpbcast.harness.runtime import make_private_dir, sweep_stale_dirs
 
@@ -186,3 +188,26 @@ def test_a_sigkilled_sessions_dirs_are_swept_by_the_next_session(root):
     # 2. The next session sweeps them at its start; the live owner's directory stays.
     subprocess.run([sys.executable, "-c", NEXT_SESSION], env=env, check=True, timeout=180)
     assert os.listdir(root) == [os.path.basename(live)]
+
+
+def _renamed_rank_fields(ctx: object) -> tuple[list[bytes] | None, int, int]:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(15, b"a) b (c) d", 0, 0, 0)  # PR_SET_NAME
+    with open("/proc/self/comm", "rb") as f:
+        assert f.read().startswith(b"a) b (c)"), "the rank's command name was not changed"
+    return stat_fields(os.getpid()), os.getppid(), os.getpgrp()
+
+
+def test_stat_fields_read_past_a_command_name_holding_parentheses_and_spaces():
+    fields, ppid, pgrp = run_ranks({0: _renamed_rank_fields}, timeout=60).values()[0]
+    assert fields is not None
+    assert (fields[0], int(fields[1]), int(fields[2])) == (b"R", ppid, pgrp)
+
+
+def test_stat_fields_of_a_pid_that_is_gone_is_none(reap_child):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    reap_child(pid, 30.0)
+    assert stat_fields(pid) is None

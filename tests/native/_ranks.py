@@ -9,6 +9,7 @@ from typing import Any
 
 from tpbcast.conformance.adapters.native import NativeBroadcastError, make
 from tpbcast.harness import RankContext, SyncError, SyncTimeoutError
+from tpbcast.harness._proc import stat_fields
 
 SIZES = (0, 1, 7, 4097, 1 << 20)
 SHORT = 20.0  # deadlines generous enough for a 4x oversubscribed 2-core box
@@ -65,12 +66,8 @@ def expected_digests(seed: int, sizes: tuple[int, ...] = SIZES) -> list[str]:
 
 def process_state(pid: int) -> str:
     """``/proc/<pid>/stat`` state letter (``S``, ``T``, ``Z``, ...), or ``gone``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return "gone"
-    return stat[stat.rfind(b")") + 2 :][:1].decode()
+    fields = stat_fields(pid)
+    return "gone" if fields is None else fields[0].decode()
 
 
 def open_fds() -> set[int]:
