@@ -225,14 +225,14 @@ HARNESS_QUICK += ("--conformance-rounds", "1")
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Ratio benchmarks (never timed assertions): harness fork cost, UDS vs fallback path."""
+    """Ratio benchmarks (never timed assertions): UDS vs fallback path, broadcast vs its
+    baselines, harness cost per test and over a bare fork."""
     # matplotlib: the PNG plots in reports/bench/; expecttest: torch's MultiProcessTestCase
     # (torch.testing._internal.common_distributed), the baseline of bench_harness_cost.py.
     _install_project(session, "matplotlib", "expecttest")
-    # `quick` selects the smoke runs of the two benchmarks below; other posargs go to these.
+    # `quick` selects the smoke runs of the benchmarks below; other posargs go to this one.
     quick = ["--quick"] if "quick" in session.posargs else []
     rest = [arg for arg in session.posargs if arg != "quick"]
-    session.run("python", "benchmarks/bench_harness.py", *rest)
     session.run("python", "benchmarks/bench_dispatch.py", *rest)
     # Broadcast latency/throughput vs size, reference vs its baselines (~6 min; `quick`:
     # 4 sizes, a tenth of the rounds); reports/bench/broadcast*.

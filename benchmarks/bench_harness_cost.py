@@ -324,9 +324,25 @@ def _cpu_ms() -> float:
     return 1000 * (me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime)
 
 
+def trivial(ctx: object) -> int:
+    """The target whose run_ranks is measured: the group's own cost and nothing else."""
+    return 0
+
+
+def bare_fork(n: int) -> None:
+    """The floor: ``os.fork`` x n + ``os._exit(0)`` + ``waitpid`` from the same parent."""
+    pids = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+
+
 def _overhead_in_process(sizes: list[int], reps: int, warmup: int) -> dict[str, Any]:
     import torch  # noqa: F401 - the realistic parent: torch imported, no torch op run
-    from bench_harness import bare_fork, trivial  # the same two as the harness bench
 
     from tpbcast.harness import run_ranks
 

@@ -258,9 +258,9 @@ def test_nested_groups_inside_a_rank():
 
 @pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfd_open")
 def test_group_cost_is_milliseconds_not_seconds():
-    """Not a benchmark (see benchmarks/bench_harness.py): a sanity bound that would catch
-    a sleep-based supervisor (100 ms polls) on an idle box, with a 4x oversubscription
-    margin."""
+    """Not a benchmark (that is benchmarks/bench_harness_cost.py, part overhead): a sanity
+    bound that would catch a sleep-based supervisor (100 ms polls) on an idle box, with a
+    4x oversubscription margin."""
     samples = []
     for _ in range(5):
         t0 = time.perf_counter()
