@@ -178,7 +178,7 @@ def test_tiny_socket_buffers_force_short_writes():
 
 
 def _foreign_peer_group(ctx):
-    from tpbcast.harness import _rogue as r
+    from tpbcast.harness import rogue as r
 
     if ctx.rank == 0:
         return r.root_recording(ctx.base_path, 2, [], abstract=True, observe=30.0)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tpbcast.harness import _rogue as r
+from tpbcast.harness import rogue as r
 from tpbcast.harness.wire import CloseKind
 
 MARGIN = 5.0

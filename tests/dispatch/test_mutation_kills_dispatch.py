@@ -1,0 +1,281 @@
+"""Dispatch behaviour the other self-tests left unchecked, found by mutation testing.
+
+The dispatch-side half of tests/reference/test_mutation_kills.py: each test here pins a
+behaviour that a mutmut mutant of ``tpbcast.reference_impl``'s dispatch modules
+(``_dispatch``, ``_dispatch_adapter``, ``_dispatch_bootstrap``, ``_engines``,
+``conformance_adapter``) changed without any other self-test noticing (``nox -s
+mutation``; the survivors are listed in reports/mutation/, the equivalent ones in
+tools/mutation_equivalents_dispatch.toml).  They check what a user or an operator sees
+-- an error's fields and message, the path a call took, what a broadcaster or an engine
+was handed, the settings an adapter runs with -- never the source text.  Most run in the
+pytest process with stand-in broadcasters and engines (no torch op there: this folder's
+conftest imports torch and the ranks are forked); those that need a tensor or a gloo
+group fork ranks through tpbcast.harness.run_ranks.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tpbcast.harness import RankContext, run_ranks
+from tpbcast.reference_impl import (
+    BroadcasterConfig,
+    ConfigurationError,
+    CpuBroadcastDispatcher,
+    CpuTpBroadcaster,
+    DispatchPath,
+    EngineRecorder,
+    TorchDistributedEngine,
+    UnsupportedDeviceError,
+    make_dispatch_adapter,
+)
+from tpbcast.reference_impl._dispatch_adapter import DispatchAdapter
+from tpbcast.reference_impl._dispatch_bootstrap import derive_ranks
+from tpbcast.reference_impl.conformance_adapter import ReferenceAdapter, make
+
+from . import _stack
+
+
+class _UpBroadcaster:
+    """A broadcaster that is up and records what each ``broadcast`` was handed.
+
+    Its ``broadcast`` takes ``root`` without a default, as a duck-typed broadcaster may.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def initialize(self, rank: int, world_size: int, base_path: str, **kwargs: Any) -> None:
+        raise AssertionError("not expected")
+
+    def broadcast(self, buffers: Any, root: int) -> None:
+        self.calls.append((list(buffers), root))
+
+    def reset(self) -> None:
+        pass
+
+    def is_initialized(self) -> bool:
+        return True
+
+
+# -- _dispatch_bootstrap.derive_ranks ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "rank", "text"),
+    [
+        ((True, 2), {}, None, "in phase 'bootstrap': rank must be an int, got True"),
+        ((0, "2"), {}, None, "in phase 'bootstrap': tp_size must be an int, got '2'"),
+        ((3, 0), {}, 3, "rank 3: in phase 'bootstrap': invalid layout: rank=3, tp_size=0"),
+        (
+            (3, 2),
+            {"tp_rank": "1"},
+            3,
+            "rank 3: in phase 'bootstrap': tp_rank must be an int or None, got '1'",
+        ),
+        (
+            (5, 2),
+            {"tp_rank": 0, "dp_rank": 7},
+            5,
+            "rank 5: in phase 'bootstrap': explicit tp_rank=0 disagrees with tp_rank=1 "
+            "derived from the layout (rank 5 % tp_size 2); explicit dp_rank=7 disagrees "
+            "with dp_rank=2 derived from the layout (rank 5 // tp_size 2); refusing to "
+            "overwrite either value: pass the derived rank or none (a mismatch means the "
+            "caller and the process group disagree on the layout)",
+        ),
+    ],
+)
+def test_derive_ranks_refusals_name_the_setting_the_rank_and_the_phase(
+    args: tuple[Any, ...], kwargs: dict[str, Any], rank: int | None, text: str
+) -> None:
+    """Every refusal of derive_ranks is a ConfigurationError of phase 'bootstrap' whose
+    message names the setting and the value (both disagreements at once, joined by
+    '; ', and what to do) and whose rank field is the global rank once it is known."""
+    with pytest.raises(ConfigurationError) as info:
+        derive_ranks(*args, **kwargs)
+    assert str(info.value) == text
+    assert (info.value.rank, info.value.phase) == (rank, "bootstrap")
+
+
+# -- _dispatch.CpuBroadcastDispatcher._broadcast_uds -----------------------------------
+
+
+class _TaggedBytes(bytearray):
+    """A writable buffer-protocol object that carries a ``device`` attribute."""
+
+    device = SimpleNamespace(type="cuda")
+
+
+def test_uds_path_hands_plain_buffers_to_the_broadcaster_with_root_0() -> None:
+    """The device check is for torch tensors only: a buffer-protocol object is host
+    memory whatever ``device`` attribute it carries.  The broadcaster gets the buffers
+    and root 0 explicitly (a duck-typed broadcaster need not default root)."""
+    up = _UpBroadcaster()
+    dispatcher = CpuBroadcastDispatcher(up, _stack.UnusedEngine(), rank=0)
+    tagged = _TaggedBytes(b"abc")
+    assert dispatcher.broadcast_cpu([tagged]) is DispatchPath.UDS
+    assert len(up.calls) == 1
+    ((buffers, root),) = up.calls
+    assert buffers == [tagged] and buffers[0] is tagged and root == 0
+
+
+def _odd_device_rank(ctx: RankContext) -> list[object]:
+    import torch
+
+    class NoTypeDevice(torch.Tensor):
+        @property
+        def device(self) -> Any:  # type: ignore[override]
+            return "somewhere"  # a device that names no type
+
+    class NoDevice(torch.Tensor):
+        @property
+        def device(self) -> Any:  # type: ignore[override]
+            raise AttributeError("device")
+
+    up = _UpBroadcaster()
+    dispatcher = CpuBroadcastDispatcher(up, _stack.UnusedEngine(), rank=ctx.rank)
+    seen: list[object] = []
+    for cls in (NoTypeDevice, NoDevice):
+        tensor = torch.zeros(2).as_subclass(cls)
+        seen.append(str(dispatcher.broadcast_cpu([tensor])))
+    with pytest.raises(UnsupportedDeviceError) as info:
+        dispatcher.broadcast_cpu([bytearray(5), torch.empty(3, device="meta")])
+    error = info.value
+    seen += [str(error), error.rank, error.phase, error.bytes_total, len(up.calls)]
+    return seen
+
+
+def test_uds_path_refuses_only_tensors_known_to_be_off_the_cpu() -> None:
+    """In a forked rank (torch): a tensor whose device names no type, or that has no
+    device at all, is taken as a CPU tensor and goes over UDS; a meta tensor is refused
+    before any byte moves, the error naming the buffer, its device and size, the rank,
+    the phase 'dispatch' and the call's total bytes."""
+    (seen,) = run_ranks(_odd_device_rank, 1, **_stack.RUN).values()
+    assert seen == [
+        "uds",
+        "uds",
+        "rank 0: in phase 'dispatch': broadcast_cpu over UDS requires CPU tensors; "
+        "buffer 1 is on device meta (12 bytes)",
+        0,
+        "dispatch",
+        17,
+        2,
+    ]
+
+
+# -- _dispatch_adapter -----------------------------------------------------------------
+
+
+def test_dispatch_adapters_default_to_a_10_s_group_timeout(tmp_path: Any) -> None:
+    """Without group_timeout every way of building the dispatch capability assumes the
+    suite's 10 s group deadline: connect and init a quarter each, io all of it; and
+    make_dispatcher hands the adapter the engine it was lent."""
+    engine = _stack.UnusedEngine()
+    common: dict[str, Any] = {"rank": 0, "world_size": 2, "workdir": str(tmp_path)}
+    built = [
+        make_dispatch_adapter(CpuTpBroadcaster(), engine=engine, **common),
+        DispatchAdapter(CpuTpBroadcaster(), engine=engine, **common),
+        make().make_dispatcher(engine=engine, **common),
+    ]
+    for adapter in built:
+        config = adapter.config  # type: ignore[attr-defined]
+        assert (config.connect_timeout, config.init_timeout, config.io_timeout) == (2.5, 2.5, 10.0)
+        assert adapter.engine is engine  # type: ignore[attr-defined]
+
+
+def _new_base_path_rank(ctx: RankContext) -> list[object]:
+    engine = TorchDistributedEngine.create(
+        ctx.rank, ctx.world_size, ctx.workdir, timeout=_stack.GROUP_TIMEOUT
+    )
+    adapter: Any = make().make_dispatcher(
+        engine=engine, rank=ctx.rank, world_size=ctx.world_size, workdir=ctx.workdir
+    )
+    moved = ctx.base_path + "-moved"
+    try:
+        first = adapter.bootstrap(local_world_size=2, base_path=ctx.base_path)
+        second = adapter.bootstrap(local_world_size=2, base_path=moved)
+        data = bytearray(b"moved!" if ctx.rank == 0 else bytes(6))
+        path = adapter.broadcast_cpu([data])
+        return [
+            str(first.path),
+            str(second.path),
+            second.failed_ranks,
+            adapter.incarnation,
+            path,
+            bytes(data),
+        ]
+    finally:
+        adapter.teardown()
+        engine.close()
+
+
+def test_a_bootstrap_on_a_new_base_path_moves_the_uds_group_there() -> None:
+    """Two forked ranks over gloo: bootstrapping the adapter again with another base
+    path takes the standing broadcaster down first, so every rank comes up on UDS at the
+    new path (no re-init mismatch, no fallback) and the bytes travel there."""
+    for seen in run_ranks(_new_base_path_rank, 2, **_stack.RUN).values():
+        assert seen == ["uds", "uds", (), 2, "uds", b"moved!"]
+
+
+# -- _engines ------------------------------------------------------------------------
+
+
+def test_recorder_engine_calls_are_the_engine_events_and_a_wrapper_forwards_the_rest() -> None:
+    """engine_calls() keeps the collective / sync_communication / device_sync events in
+    order and drops the dispatcher's own ("uds", n) notes; a wrapped engine's other
+    attributes (timeout, group, ...) are the real engine's."""
+    recorder = EngineRecorder()
+    recorder.note("uds", 8)
+    recorder.note("collective", 8)
+    recorder.note("sync_communication")
+    recorder.note("uds", 4)
+    recorder.note("device_sync")
+    assert recorder.engine_calls() == (
+        ("collective", 8),
+        ("sync_communication",),
+        ("device_sync",),
+    )
+    wrapped = recorder.wrap(_stack.UnusedEngine(timeout=4.5))
+    assert (wrapped.timeout, wrapped.group) == (4.5, None)  # type: ignore[attr-defined]
+
+
+# -- conformance_adapter ---------------------------------------------------------------
+
+
+def test_reference_adapter_runs_with_the_settings_it_was_given(tmp_path: Any) -> None:
+    """A ReferenceAdapter made with a config keeps it (its broadcaster too, before any
+    initialize); deadlines set afterwards are what initialize uses; broadcast without a
+    root sends from rank 0."""
+    config = BroadcasterConfig(connect_timeout=4.0, init_timeout=5.0, io_timeout=6.0)
+    adapter = ReferenceAdapter(config)
+    assert adapter.config == config and adapter.broadcaster.config == config
+    adapter.set_deadlines(io=7.0)
+    adapter.initialize(0, 1, str(tmp_path / "g"))
+    try:
+        assert adapter.broadcaster.config == config.replace(io_timeout=7.0)
+        adapter.broadcast(bytearray(b"x"))  # a group of one: nothing to send, no error
+    finally:
+        adapter.reset()
+
+
+def test_reference_adapter_reports_the_installed_version(monkeypatch: Any) -> None:
+    """version is the installed tpbcast distribution's; without one (a bare source
+    tree) it reads 0.1.0."""
+    real = metadata.version
+
+    def installed(name: str) -> str:
+        if name.lower() == "tpbcast":
+            return "7.7.7"
+        return real(name)
+
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", installed)
+    assert make().version == "7.7.7"
+    monkeypatch.setattr(metadata, "version", missing)
+    assert make().version == "0.1.0"

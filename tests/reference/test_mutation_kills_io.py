@@ -1,0 +1,234 @@
+"""The socket I/O layer's failures as a caller sees them, found by mutation testing.
+
+Like test_mutation_kills.py (same purpose, same rules), for ``reference_impl._io``: the
+fields of the error every failed send carries (what was being done, to whom, bytes done
+of the transfer's total, errno), partial sends that deliver each byte once, the abort
+pipe honoured while waiting for room, and one ``sendmsg`` for up to IOV_MAX buffers.
+In-process over socket pairs; where the kernel cannot be made to do something on
+demand (``send`` returning 0, an OSError without an errno) a ``socket.socket`` subclass
+stands in for that one call and hands every other call to the real socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import socket
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tpbcast.reference_impl import BroadcastError, BroadcastTimeoutError, PeerClosedError
+from tpbcast.reference_impl._io import Deadline, Site, send_all, send_views
+
+# Rank 0 writing to peer 2 (``who`` is how the message names the other end).
+SITE = Site(rank=0, peer=2, phase="broadcast", path="/tmp/x_0.sock", who="peer 2")
+
+
+class _ShimSocket(socket.socket):
+    """A real socket with scripted ``send`` calls: each number in ``limits`` caps what
+    one call passes on (0: pass nothing on and return 0, as a send may in theory);
+    ``fail`` is raised by the next send instead.  Every call is counted by name."""
+
+    def __init__(self, real: socket.socket) -> None:
+        super().__init__(fileno=real.detach())
+        self.limits: list[int] = []
+        self.fail: OSError | None = None
+        self.calls: Counter[str] = Counter()
+
+    def send(self, data: Any, flags: int = 0, /) -> int:
+        self.calls["send"] += 1
+        if self.fail is not None:
+            raise self.fail
+        if self.limits:
+            limit = self.limits.pop(0)
+            if limit == 0:
+                return 0
+            data = memoryview(data)[:limit]
+        return super().send(data, flags)
+
+    def sendmsg(self, buffers: Any, *args: Any) -> int:
+        self.calls["sendmsg"] += 1
+        return super().sendmsg(buffers, *args)
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[_ShimSocket, socket.socket]]:
+    """A non-blocking socket pair: rank 0's end (a shim, scriptable) and the peer's."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    shim = _ShimSocket(a)
+    for sock in (shim, b):
+        sock.setblocking(False)
+    try:
+        yield shim, b
+    finally:
+        shim.close()
+        b.close()
+
+
+def _fill(sock: socket.socket) -> int:
+    """Write into ``sock`` until its buffer is full (the peer is not reading); bytes written."""
+    size = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            size += socket.socket.send(sock, bytes(65536), socket.MSG_DONTWAIT)
+    return size
+
+
+def _recv_all(sock: socket.socket, size: int) -> bytes:
+    got = bytearray()
+    while len(got) < size:
+        assert select.select([sock], [], [], 10.0)[0], f"only {len(got)}/{size} bytes arrived"
+        chunk = sock.recv(size - len(got))
+        assert chunk, f"end of stream after {len(got)}/{size} bytes"
+        got += chunk
+    return bytes(got)
+
+
+def _where(err: BroadcastError) -> tuple[Any, ...]:
+    return (err.rank, err.peer, err.phase, err.path, err.action)
+
+
+_WRITING = (0, 2, "broadcast", "/tmp/x_0.sock", "write to peer 2")
+
+
+def test_a_send_that_returns_zero_is_the_peer_closing_after_the_bytes_sent(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    """A send that takes nothing (never on a stream socket, but never spin on it) ends the
+    transfer as a closed peer, EPIPE, counting the bytes an earlier partial send took."""
+    a, b = pair
+    a.limits = [3, 0]  # 3 bytes, then nothing
+    with pytest.raises(PeerClosedError) as info:
+        send_all(a, b"abcdefgh", Deadline(5.0), SITE, offset=5, total=100)
+    err = info.value
+    assert err.reason == "peer closed the connection (send returned 0)"
+    assert _where(err) == _WRITING
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (5 + 3, 100, "EPIPE")
+    assert err.elapsed is not None and 0.0 <= err.elapsed < 5.0
+    assert b.recv(16) == b"abc"
+
+
+def test_partial_sends_of_any_size_deliver_each_byte_once(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    a, b = pair
+    a.limits = [1, 2, 1]  # then the rest in one call
+    assert send_all(a, b"abcdefgh", Deadline(5.0), SITE) == 8
+    assert b.recv(16) == b"abcdefgh"
+
+
+def test_waiting_for_room_times_out_naming_the_peer_not_reading(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    a, _b = pair
+    _fill(a)
+    with pytest.raises(BroadcastTimeoutError) as info:
+        send_all(a, b"x" * 10, Deadline(0.1), SITE, offset=5, total=100)
+    err = info.value
+    assert err.reason == "deadline of 0.1 s passed (peer not reading)"
+    assert _where(err) == _WRITING
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (5, 100, "ETIMEDOUT")
+
+
+def test_the_abort_pipe_stops_a_send_waiting_for_room_without_a_caller_poller(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    """send_all without a poller builds its own, with the abort pipe in it: an abort
+    already requested ends the wait at once (ECANCELED), not at the deadline."""
+    a, _b = pair
+    _fill(a)
+    r, w = os.pipe()
+    try:
+        os.write(w, b"!")
+        with pytest.raises(BroadcastError) as info:
+            send_all(a, b"x" * 10, Deadline(3.0), SITE, offset=5, total=100, abort_fd=r)
+    finally:
+        os.close(r)
+        os.close(w)
+    err = info.value
+    assert type(err) is BroadcastError
+    assert err.reason == "aborted: reset() was called from another thread during the transfer"
+    assert _where(err) == _WRITING
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (5, 100, "ECANCELED")
+
+
+def test_a_peer_leaving_mid_transfer_is_named_with_the_bytes_sent(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    """More than the socket holds: the first send is partial; the peer reads a byte and
+    closes; the next send fails with the transfer's progress and who was written to."""
+    a, b = pair
+    payload = bytes(4 << 20)
+
+    def read_one_then_leave() -> None:
+        assert select.select([b], [], [], 10.0)[0]
+        b.recv(1)
+        b.close()
+
+    thread = threading.Thread(target=read_one_then_leave, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(PeerClosedError) as info:
+            send_all(a, payload, Deadline(10.0), SITE, offset=5, total=5 + len(payload))
+    finally:
+        thread.join(10.0)
+    err = info.value
+    assert _where(err) == _WRITING
+    assert err.errno_name in {"EPIPE", "ECONNRESET"}
+    assert err.bytes_done is not None and 5 < err.bytes_done < 5 + len(payload)
+    assert err.bytes_total == 5 + len(payload)
+
+
+def test_a_send_error_other_than_closing_keeps_its_errno_and_the_progress(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    a, _b = pair
+    a.fail = OSError(errno.ENOBUFS, os.strerror(errno.ENOBUFS))
+    with pytest.raises(BroadcastError) as info:
+        send_all(a, b"abc", Deadline(5.0), SITE, offset=5, total=100)
+    err = info.value
+    assert type(err) is BroadcastError
+    assert err.reason == os.strerror(errno.ENOBUFS)
+    assert _where(err) == _WRITING
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (5, 100, "ENOBUFS")
+
+
+def test_an_os_error_without_an_errno_is_reported_by_its_message(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    a, _b = pair
+    a.fail = OSError("the interposer refused the write")
+    with pytest.raises(BroadcastError) as info:
+        send_all(a, b"abc", Deadline(5.0), SITE)
+    assert info.value.reason == "the interposer refused the write"
+    assert info.value.errno_name is None
+
+
+def test_several_buffers_to_a_closed_peer_fail_at_byte_0_of_the_total(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    a, b = pair
+    b.close()
+    views = [memoryview(b"abc"), memoryview(b"de")]
+    with pytest.raises(PeerClosedError) as info:
+        send_views(a, views, Deadline(5.0), SITE, total=5)
+    err = info.value
+    assert _where(err) == _WRITING
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (0, 5, "EPIPE")
+
+
+def test_up_to_iov_max_buffers_go_in_one_sendmsg(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    """1024 (IOV_MAX) buffers with room for them: one syscall, not one per buffer."""
+    a, b = pair
+    views = [memoryview(bytes([i % 251])) for i in range(1024)]
+    assert send_views(a, views, Deadline(5.0), SITE, total=1024) == 1024
+    assert a.calls == Counter(sendmsg=1)
+    assert _recv_all(b, 1024) == b"".join(views)
