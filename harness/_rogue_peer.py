@@ -1,6 +1,6 @@
 """Rogue peers: connect to rank 0 and break wire v1 on the peer side, on purpose.
 
-See :mod:`._rogue` for the ``timeout``/``observe`` budgets every behaviour takes.
+See :mod:`.rogue` for the ``timeout``/``observe`` budgets every behaviour takes.
 """
 
 from __future__ import annotations

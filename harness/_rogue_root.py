@@ -1,6 +1,6 @@
 """Rogue roots: bind rank 0's socket and break wire v1 on the root side, on purpose.
 
-See :mod:`._rogue` for the ``timeout``/``observe`` budgets every behaviour takes.
+See :mod:`.rogue` for the ``timeout``/``observe`` budgets every behaviour takes.
 """
 
 from __future__ import annotations
