@@ -10,7 +10,8 @@ import select
 import socket
 import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Self
 
 from ._rogue_report import LinkReport, RogueError, RogueReport, _buffers_of, _Recorder
 from .wire import (
@@ -69,13 +70,7 @@ class _Root:
     """Listener plus accepted links; cleans up its socket file like a real rank 0."""
 
     def __init__(
-        self,
-        behaviour: str,
-        base_path: str,
-        *,
-        backlog: int,
-        abstract: bool,
-        buffer_size: int | None,
+        self, behaviour: str, base_path: str, backlog: int, abstract: bool, buffer_size: int | None
     ) -> None:
         self.address = address_of(base_path, abstract=abstract)
         self.rec = _Recorder("root", behaviour, self.address)
@@ -171,22 +166,11 @@ class _Root:
     def report(self) -> RogueReport:
         return self.rec.report(links=tuple(link.freeze() for link in self.links))
 
+    def __enter__(self) -> Self:
+        return self
 
-def _run_root(
-    behaviour: str,
-    *,
-    base_path: str,
-    backlog: int,
-    abstract: bool,
-    buffer_size: int | None,
-    body: Callable[[_Root], None],
-) -> RogueReport:
-    root = _Root(behaviour, base_path, backlog=backlog, abstract=abstract, buffer_size=buffer_size)
-    try:
-        body(root)
-    finally:
-        root.close()
-    return root.report()
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def root_never_accepts(
@@ -204,7 +188,7 @@ def root_never_accepts(
     felt.  Those links' ``reaction`` is whatever had happened by then.
     """
 
-    def body(root: _Root) -> None:
+    with _Root("never_accepts", base_path, backlog, abstract, buffer_size) as root:
         root.rec.act("wait", note=f"never accepts; holds {hold}s")
         # Holding still is the fault itself, not a synchronisation: a bounded sleep.
         time.sleep(hold)
@@ -223,15 +207,7 @@ def root_never_accepts(
             link.reaction = seen.kind
             root.rec.received += seen.extra
             root.rec.act("drain", len(seen.extra), seen.extra, note=f"queued peer: {seen.kind}")
-
-    return _run_root(
-        "never_accepts",
-        base_path=base_path,
-        backlog=backlog,
-        abstract=abstract,
-        buffer_size=buffer_size,
-        body=body,
-    )
+    return root.report()
 
 
 def root_never_probes(
@@ -249,19 +225,11 @@ def root_never_probes(
     gave up (EOF) within its own init deadline.
     """
 
-    def body(root: _Root) -> None:
+    with _Root("never_probes", base_path, world_size - 1, abstract, buffer_size) as root:
         root.accept_all(world_size - 1, Deadline.after(timeout))
         root.rec.act("withhold_probe")
         root.watch(observe)
-
-    return _run_root(
-        "never_probes",
-        base_path=base_path,
-        backlog=world_size - 1,
-        abstract=abstract,
-        buffer_size=buffer_size,
-        body=body,
-    )
+    return root.report()
 
 
 def root_wrong_probe(
@@ -279,21 +247,15 @@ def root_wrong_probe(
     Each link's ``reaction`` shows whether the peer refused it by closing.
     """
 
-    def body(root: _Root) -> None:
+    with _Root(
+        f"wrong_probe(0x{probe:02x})", base_path, world_size - 1, abstract, buffer_size
+    ) as root:
         deadline = Deadline.after(timeout)
         root.accept_all(world_size - 1, deadline)
         for link in root.by_rank():
             root.send(link, bytes([probe]), deadline, "wrong probe")
         root.watch(observe)
-
-    return _run_root(
-        f"wrong_probe(0x{probe:02x})",
-        base_path=base_path,
-        backlog=world_size - 1,
-        abstract=abstract,
-        buffer_size=buffer_size,
-        body=body,
-    )
+    return root.report()
 
 
 def root_dies_mid_broadcast(
@@ -313,7 +275,9 @@ def root_dies_mid_broadcast(
     len(payload)`` cuts peer 1's copy and peers 2.. get nothing.
     """
 
-    def body(root: _Root) -> None:
+    with _Root(
+        f"dies_mid_broadcast(after={after})", base_path, world_size - 1, abstract, buffer_size
+    ) as root:
         deadline = Deadline.after(timeout)
         root.accept_all(world_size - 1, deadline)
         for link in root.by_rank():
@@ -327,15 +291,7 @@ def root_dies_mid_broadcast(
             if budget <= 0:
                 break
         root.rec.act("die", note=f"closes every link after {after} payload byte(s)")
-
-    return _run_root(
-        f"dies_mid_broadcast(after={after})",
-        base_path=base_path,
-        backlog=world_size - 1,
-        abstract=abstract,
-        buffer_size=buffer_size,
-        body=body,
-    )
+    return root.report()
 
 
 def root_recording(
@@ -358,7 +314,7 @@ def root_recording(
     :raises RogueError: the announced ranks are not exactly ``1..world_size-1``.
     """
 
-    def body(root: _Root) -> None:
+    with _Root("recording", base_path, world_size - 1, abstract, buffer_size) as root:
         deadline = Deadline.after(timeout)
         root.accept_all(world_size - 1, deadline)
         ranks = sorted(link.rank for link in root.links if link.rank is not None)
@@ -370,12 +326,4 @@ def root_recording(
             for link in root.by_rank():
                 root.send(link, payload, deadline, f"payload #{index}")
         root.watch(observe)
-
-    return _run_root(
-        "recording",
-        base_path=base_path,
-        backlog=world_size - 1,
-        abstract=abstract,
-        buffer_size=buffer_size,
-        body=body,
-    )
+    return root.report()
