@@ -33,12 +33,14 @@ SITE = Site(rank=0, peer=2, phase="broadcast", path="/tmp/x_0.sock", who="peer 2
 class _ShimSocket(socket.socket):
     """A real socket with scripted ``send`` calls: each number in ``limits`` caps what
     one call passes on (0: pass nothing on and return 0, as a send may in theory);
-    ``fail`` is raised by the next send instead.  Every call is counted by name."""
+    ``fail`` is raised by the next send instead; ``msg_limit`` caps what the next
+    ``sendmsg`` passes on (a partial sendmsg).  Every call is counted by name."""
 
     def __init__(self, real: socket.socket) -> None:
         super().__init__(fileno=real.detach())
         self.limits: list[int] = []
         self.fail: OSError | None = None
+        self.msg_limit: int | None = None
         self.calls: Counter[str] = Counter()
 
     def send(self, data: Any, flags: int = 0, /) -> int:
@@ -54,6 +56,9 @@ class _ShimSocket(socket.socket):
 
     def sendmsg(self, buffers: Any, *args: Any) -> int:
         self.calls["sendmsg"] += 1
+        if self.msg_limit is not None:
+            limit, self.msg_limit = self.msg_limit, None
+            return super().sendmsg([b"".join(buffers)[:limit]], *args)
         return super().sendmsg(buffers, *args)
 
 
@@ -232,3 +237,34 @@ def test_up_to_iov_max_buffers_go_in_one_sendmsg(
     assert send_views(a, views, Deadline(5.0), SITE, total=1024) == 1024
     assert a.calls == Counter(sendmsg=1)
     assert _recv_all(b, 1024) == b"".join(views)
+
+
+def test_the_rest_after_a_partial_sendmsg_reports_progress_in_the_whole_transfer(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    """sendmsg takes 4 of 9 bytes (all of buffer 0, one byte of buffer 1); the rest of
+    buffer 1 then fails: the error counts 4/9, not bytes of that one buffer."""
+    a, b = pair
+    a.msg_limit = 4
+    a.limits = [0]  # the next send takes nothing: the peer is taken as gone
+    views = [memoryview(b"abc"), memoryview(b"defg"), memoryview(b"hi")]
+    with pytest.raises(PeerClosedError) as info:
+        send_views(a, views, Deadline(5.0), SITE, total=9)
+    err = info.value
+    assert _where(err) == _WRITING
+    assert (err.bytes_done, err.bytes_total) == (4, 9)
+    assert b.recv(16) == b"abcd"
+
+
+def test_buffers_that_find_the_link_full_time_out_counting_the_whole_transfer(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    a, _b = pair
+    _fill(a)
+    views = [memoryview(b"abc"), memoryview(b"de")]
+    with pytest.raises(BroadcastTimeoutError) as info:
+        send_views(a, views, Deadline(0.1), SITE, total=5)
+    err = info.value
+    assert _where(err) == _WRITING
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (0, 5, "ETIMEDOUT")
+    assert err.reason == "deadline of 0.1 s passed (peer not reading)"
