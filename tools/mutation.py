@@ -433,7 +433,17 @@ def _setup_check(statuses: dict[str, str]) -> list[str]:
     return lines
 
 
-def _sample_line(info: dict[str, Any]) -> list[str]:
+def _run_line(info: dict[str, Any]) -> str:
+    return (
+        f"{info.get('finished')} UTC, {info.get('seconds', 0):.0f} s wall "
+        f"({info.get('mode')}); load average before {info.get('load_before')}, "
+        f"after {info.get('load_after')}"
+    )
+
+
+def _sample_line(info: dict[str, Any], every_mutant_judged: bool) -> list[str]:
+    if every_mutant_judged:
+        return ["- every mutant has a verdict: no module is sampled"]
     drawn = info.get("sample") or {}
     sizes = drawn.get("sizes") or {}
     if not sizes:
@@ -468,10 +478,9 @@ def _write_summary(
         f"- source measured: `{info.get('rev_label')}` (commit `{info.get('commit')}`)",
         f"- mutmut {info.get('mutmut')}, {info.get('children')} workers, tests: "
         + ", ".join(f"`{t}`" for t in info.get("tests", [])),
-        f"- last run: {info.get('finished')} UTC, {info.get('seconds', 0):.0f} s wall "
-        f"({info.get('mode')}); load average before {info.get('load_before')}, "
-        f"after {info.get('load_after')}",
-        *_sample_line(info),
+        f"- last run: {_run_line(info)}",
+        *(f"- earlier run: {_run_line(run)}" for run in reversed(info.get("earlier", []))),
+        *_sample_line(info, every_mutant_judged=not_checked == 0),
         "",
         "## Formula",
         "",
@@ -493,13 +502,20 @@ def _write_summary(
         *rows,
         _row("**all judged (pooled)**", total),
         "",
-        "A module whose `judged` column is not `all` was measured on a random sample of its",
-        "mutants (seed and size in the run line above); its scores estimate the module's",
-        "(with n judged mutants the 95 % interval is roughly +/- 100/sqrt(n) points).  A",
-        "module may show more judged mutants than its sample size: verdicts of functions",
-        "unchanged since an earlier draw (over an earlier version of the source) are kept.",
-        "The pooled row mixes complete modules and samples: read the per-module rows.",
-        "",
+        *(
+            []
+            if not_checked == 0
+            else [
+                "A module whose `judged` column is not `all` was measured on a random sample",
+                "of its mutants (seed and size in the run line above); its scores estimate the",
+                "module's (with n judged mutants the 95 % interval is roughly +/- 100/sqrt(n)",
+                "points).  A module may show more judged mutants than its sample size: verdicts",
+                "of functions unchanged since an earlier draw (over an earlier version of the",
+                "source) are kept.  The pooled row mixes complete modules and samples: read the",
+                "per-module rows.",
+                "",
+            ]
+        ),
         "Not measured at all (no mutant judged): "
         + (
             ", ".join(
@@ -672,6 +688,8 @@ def run(opts: argparse.Namespace, modules: list[str]) -> dict[str, Any]:
     else:
         mode = "every mutant without a cached verdict"
     return {
+        # The reference's tree (the measured source) at rev: runs over one tree share verdicts.
+        "source_tree": None if rev is None else _git("rev-parse", f"{rev}:reference_impl"),
         "rev_label": ("work tree" + (" (uncommitted changes)" if dirty else ""))
         if rev is None
         else rev,
@@ -687,6 +705,16 @@ def run(opts: argparse.Namespace, modules: list[str]) -> dict[str, Any]:
         "mutmut_exit": code,
         "sample": dict(zip(("sizes", "seed"), _sample_sizes(), strict=True)),
     }
+
+
+def _tree_of(info: dict[str, Any]) -> str | None:
+    """The reference tree an earlier run measured (older run records name only a commit)."""
+    if info.get("source_tree") or not info.get("commit"):
+        return info.get("source_tree")
+    try:
+        return _git("rev-parse", f"{info['commit']}:reference_impl")
+    except subprocess.CalledProcessError:
+        return None
 
 
 def main() -> int:
@@ -721,7 +749,12 @@ def main() -> int:
     if opts.report_only:
         info = json.loads(info_path.read_text()) if info_path.exists() else {}
     else:
+        earlier = json.loads(info_path.read_text()) if info_path.exists() else {}
         info = run(opts, modules)
+        same_source = info["source_tree"] is not None and info["source_tree"] == _tree_of(earlier)
+        if same_source and not opts.fresh:
+            # Verdicts of earlier runs on the same source stay in the cache: name those runs.
+            info["earlier"] = [*earlier.pop("earlier", []), earlier][-4:]
         info_path.write_text(json.dumps(info, indent=1))
         if info["mutmut_exit"] != 0:
             print(f"mutmut exited {info['mutmut_exit']}; see {STAGE / 'mutmut.log'}")
