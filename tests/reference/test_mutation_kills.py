@@ -1015,3 +1015,210 @@ def test_several_buffers_wait_for_room_when_the_link_is_already_full(base_path: 
     finally:
         bcast.reset()
     assert got["payload"] == first + second
+
+
+# -- rank 0 waiting for the other peers: what a joined peer may not do ---------------------
+
+
+def test_a_joined_peer_that_chatters_is_named_with_what_rank_0_read(base_path: str) -> None:
+    """Rank 0 reads at most 64 bytes of a joined peer's chatter before refusing it; the
+    error says how many it read, when and on which socket."""
+    done = threading.Event()
+
+    def chatty() -> None:
+        sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        with sock:
+            wire.send_all(sock, wire.pack_rank(1) + b"?" * 100, wire.Deadline.after(5.0))
+            done.wait(10.0)
+
+    thread = _in_thread(chatty)
+    try:
+        err = _root_error(base_path, 3, init_timeout=10.0)
+    finally:
+        done.set()
+        thread.join(10.0)
+    assert isinstance(err, HandshakeError)
+    assert (err.rank, err.peer, err.phase, err.path) == (0, 1, "accept", base_path + "_0.sock")
+    assert err.elapsed is not None and 0.0 <= err.elapsed < 10.0
+    assert f"peer 1 (pid {os.getpid()}) sent 64 unexpected byte(s) after its rank" in str(err)
+
+
+def test_a_joined_peer_whose_link_resets_is_named_with_the_errno(
+    base_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0's read of a joined peer fails (ECONNRESET: the peer closed with a byte
+    unread, here one rank 0's end of the link wrote): a closed peer, errno named."""
+    real = bootstrap_module._peer_credentials
+    accepted: list[socket.socket] = []
+
+    def capture(sock: socket.socket) -> tuple[int, int, int]:
+        accepted.append(sock)  # rank 0's end of each connection it accepts
+        return real(sock)
+
+    monkeypatch.setattr(bootstrap_module, "_peer_credentials", capture)
+
+    def resetting_peer() -> None:
+        sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        with sock:
+            wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(5.0))
+            deadline = time.monotonic() + 10.0
+            while not accepted and time.monotonic() < deadline:
+                time.sleep(0.001)  # polling with a deadline: rank 0 is accepting
+            accepted[0].send(b"x")  # lands in this peer's queue, never read: close resets
+
+    thread = _in_thread(resetting_peer)
+    try:
+        err = _root_error(base_path, 3, init_timeout=10.0)
+    finally:
+        thread.join(10.0)
+    assert type(err) is PeerClosedError
+    assert (err.rank, err.peer, err.phase, err.errno_name) == (0, 1, "accept", "ECONNRESET")
+    assert err.path == base_path + "_0.sock"
+    assert (
+        f"peer 1 (pid {os.getpid()}) closed the connection while rank 0 waited for the other "
+        "peers (ECONNRESET)"
+    ) in str(err)
+
+
+def test_rank_0_lists_every_allowed_uid_when_it_refuses_one(base_path: str) -> None:
+    base = os.geteuid() + 4242
+    config = BroadcasterConfig(
+        require_same_uid=False, allowed_uids=(base + 1, base), init_timeout=5.0
+    )
+
+    def peer() -> None:
+        with contextlib.suppress(OSError):
+            sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+            sock.close()
+
+    thread = _in_thread(peer)
+    try:
+        with pytest.raises(SecurityError) as info:
+            CpuTpBroadcaster(config).initialize(0, 2, base_path)
+    finally:
+        thread.join(10.0)
+    assert f": only uid(s) {base}, {base + 1} may join (" in str(info.value)
+
+
+# -- the broadcaster's own bookkeeping -------------------------------------------------------
+
+
+def test_every_broadcast_is_counted_whichever_path_it_takes(base_path: str) -> None:
+    """A world of one (nothing to move), an empty list and a list of buffers between two
+    ranks: each call adds one to ``broadcasts``; bytes count once per call."""
+    alone = _world_of_one(base_path + "1")
+    try:
+        alone.broadcast([bytearray(1), bytearray(2)])
+        alone.broadcast([bytearray(1), bytearray(2)])
+        assert alone.statistics().broadcasts == 2
+    finally:
+        alone.reset()
+    with _pair(base_path, io_timeout=10.0) as (root, peer):
+        caught: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                for _ in range(2):
+                    root.broadcast([b"ab", b"c"])
+                root.broadcast([bytearray(0)])
+            except BaseException as exc:
+                caught.append(exc)
+
+        thread = _in_thread(send)
+        for _ in range(2):
+            peer.broadcast([bytearray(2), bytearray(1)])
+        peer.broadcast([bytearray(0)])
+        thread.join(10.0)
+        assert not caught
+        sent, received = root.statistics(), peer.statistics()
+    assert (sent.broadcasts, sent.bytes_sent) == (3, 6)
+    assert (received.broadcasts, received.bytes_received) == (3, 6)
+
+
+def test_several_buffers_to_a_peer_that_left_count_the_whole_transfer(base_path: str) -> None:
+    with _pair(base_path, io_timeout=10.0) as (root, peer):
+        peer.reset()  # its end of the link closes
+        with pytest.raises(PeerClosedError) as info:
+            for _ in range(8):  # the first write may still fit the socket buffer
+                root.broadcast([bytearray(3), bytearray(5)])
+    err = info.value
+    assert (err.rank, err.peer, err.bytes_done, err.bytes_total) == (0, 1, 0, 8)
+
+
+def test_a_peer_whose_link_was_closed_under_it_names_that_for_several_buffers(
+    base_path: str,
+) -> None:
+    """The peer's wait for the first buffer polls its cached poller, which reports the
+    closed fd (POLLNVAL): "closed under us", EBADF, nothing received of the 8 bytes."""
+    with _pair(base_path, io_timeout=10.0) as (_root, peer):
+        link = peer._links.peers[0]  # white-box: close the peer's socket behind its back
+        assert link is not None
+        link.close()
+        with pytest.raises(BroadcastError) as info:
+            peer.broadcast([bytearray(3), bytearray(5)])
+    err = info.value
+    assert type(err) is BroadcastError
+    assert (err.rank, err.peer, err.errno_name) == (1, 0, "EBADF")
+    assert (err.bytes_done, err.bytes_total) == (0, 8)
+    assert err.reason == "socket was closed under us"
+
+
+class _StopError(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("message", "quoted"), [("", "_StopError"), ("x" * 300, "x" * 300)], ids=["empty", "300"]
+)
+def test_the_broken_state_quotes_the_failure_by_message_or_else_by_type(
+    base_path: str, monkeypatch: pytest.MonkeyPatch, message: str, quoted: str
+) -> None:
+    """A failure without a message is quoted by its type's name; one of exactly 300
+    characters whole (no "..."); repr says "broken" until reset."""
+
+    def fail(*args: object, **kwargs: object) -> int:
+        raise _StopError(message)
+
+    with _pair(base_path, io_timeout=10.0) as (root, _peer):
+        monkeypatch.setattr(broadcaster_module, "send_views", fail)
+        with pytest.raises(_StopError):
+            root.broadcast([bytearray(3), bytearray(5)])
+        with pytest.raises(BrokenBroadcasterError) as info:
+            root.broadcast(bytearray(1))
+        assert repr(root).startswith("<CpuTpBroadcaster broken rank=0 world_size=2 ")
+    assert (
+        f"a previous broadcast failed, so the byte stream is out of sync ({quoted}); call "
+        "reset() and initialize() again"
+    ) in str(info.value)
+
+
+def test_at_exit_every_live_broadcaster_is_reset_even_if_one_refuses(base_path: str) -> None:
+    """The atexit hook resets each live instance (rank 0's socket file goes); one that
+    refuses (busy initializing in another thread) does not stop it or escape it."""
+    idle = _world_of_one(base_path + "1")
+    busy = CpuTpBroadcaster(BroadcasterConfig(init_timeout=10.0))
+    caught: list[BaseException] = []
+
+    def init() -> None:  # rank 0 waits for a peer
+        try:
+            busy.initialize(0, 2, base_path)
+        except BaseException as exc:
+            caught.append(exc)
+
+    thread = _in_thread(init)
+    deadline = time.monotonic() + 10.0
+    while busy._busy != "initialize":  # white-box, as _when_broadcasting
+        assert time.monotonic() < deadline, "initialize never started"
+        time.sleep(0.001)  # polling with a deadline: the other thread is entering the call
+    try:
+        broadcaster_module._reset_at_exit()
+        assert not idle.is_initialized() and idle.generation == 1
+    finally:
+        # end the waiting initialize at once: a "peer" announcing an impossible rank
+        sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        with sock:
+            wire.send_all(sock, wire.pack_rank(7), wire.Deadline.after(5.0))
+            thread.join(10.0)
+        busy.reset()
+        idle.reset()
+    assert len(caught) == 1 and isinstance(caught[0], HandshakeError)
