@@ -249,7 +249,7 @@ def test_recorder_engine_calls_are_the_engine_events_and_a_wrapper_forwards_the_
 def test_reference_adapter_runs_with_the_settings_it_was_given(tmp_path: Any) -> None:
     """A ReferenceAdapter made with a config keeps it (its broadcaster too, before any
     initialize); deadlines set afterwards are what initialize uses; broadcast without a
-    root sends from rank 0."""
+    root sends from rank 0, and a root given is passed on (and refused unless 0)."""
     config = BroadcasterConfig(connect_timeout=4.0, init_timeout=5.0, io_timeout=6.0)
     adapter = ReferenceAdapter(config)
     assert adapter.config == config and adapter.broadcaster.config == config
@@ -258,6 +258,11 @@ def test_reference_adapter_runs_with_the_settings_it_was_given(tmp_path: Any) ->
     try:
         assert adapter.broadcaster.config == config.replace(io_timeout=7.0)
         adapter.broadcast(bytearray(b"x"))  # a group of one: nothing to send, no error
+        with pytest.raises(ConfigurationError) as info:
+            adapter.broadcast(bytearray(b"x"), 1)
+        assert str(info.value) == (
+            "rank 0: in phase 'broadcast': root must be 0 (star topology: only rank 0 sends), got 1"
+        )
     finally:
         adapter.reset()
 
