@@ -1222,3 +1222,96 @@ def test_at_exit_every_live_broadcaster_is_reset_even_if_one_refuses(base_path: 
         busy.reset()
         idle.reset()
     assert len(caught) == 1 and isinstance(caught[0], HandshakeError)
+
+
+# -- what sits at the socket path, and who listens there -----------------------------------
+
+
+def _bound(path: str, *, listening: bool) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    if listening:
+        sock.listen(1)
+    return sock
+
+
+def test_every_kind_of_file_in_the_way_is_named(short_dir: str) -> None:
+    """At the socket path: a symlink, a regular file; as the socket directory: a socket."""
+    link = os.path.join(short_dir, "l_0.sock")
+    os.symlink("/nonexistent", link)
+    with pytest.raises(SecurityError, match=r"^a symlink is at the socket path; refusing"):
+        prepare_socket_path(link)
+    regular = os.path.join(short_dir, "r_0.sock")
+    with open(regular, "wb"):
+        pass
+    with pytest.raises(SecurityError, match=r"^a regular file is at the socket path; refusing"):
+        prepare_socket_path(regular)
+    not_a_dir = os.path.join(short_dir, "s")
+    with (
+        contextlib.closing(_bound(not_a_dir, listening=False)),
+        pytest.raises(SecurityError) as info,
+    ):
+        CpuTpBroadcaster().initialize(0, 2, os.path.join(not_a_dir, "g"))
+    assert str(info.value).startswith("socket directory is a socket, not a directory; refusing")
+
+
+def test_a_listener_bound_by_a_relative_name_owns_only_the_path_it_names(short_dir: str) -> None:
+    """Bound as "sub/g_0.sock" from ``short_dir``: <short_dir>/sub/g_0.sock is live (every
+    component compared); a stale socket elsewhere is still replaced."""
+    os.mkdir(os.path.join(short_dir, "sub"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale_path = os.path.join(short_dir, "x_0.sock")
+    try:
+        with _cwd(short_dir):
+            listener.bind("sub/g_0.sock")
+        listener.listen(1)
+        with pytest.raises(SecurityError, match=r"^another process is listening"):
+            prepare_socket_path(os.path.join(short_dir, "sub", "g_0.sock"))
+        with contextlib.closing(_bound(stale_path, listening=False)):
+            prepare_socket_path(stale_path)
+        assert not os.path.lexists(stale_path)
+    finally:
+        listener.close()
+
+
+def test_a_listener_in_a_directory_with_a_space_is_found(short_dir: str) -> None:
+    """/proc/net/unix's path column may hold spaces: the listener is still live."""
+    directory = os.path.join(short_dir, "a b")
+    os.mkdir(directory)
+    path = os.path.join(directory, "g_0.sock")
+    with (
+        contextlib.closing(_bound(path, listening=True)),
+        pytest.raises(SecurityError, match=r"^another process is listening"),
+    ):
+        prepare_socket_path(path)
+    assert os.path.lexists(path)
+
+
+def test_an_abstract_listener_does_not_own_a_file_of_the_same_name(short_dir: str) -> None:
+    """/proc/net/unix shows an abstract name as "@name"; a stale socket file named
+    "@name" is not that listener's and is replaced."""
+    name = f"tpbk{os.getpid()}_{os.path.basename(short_dir)}"
+    path = os.path.join(short_dir, "@" + name)
+    with (
+        contextlib.closing(_bound("\0" + name, listening=True)),
+        contextlib.closing(_bound(path, listening=False)),
+    ):
+        prepare_socket_path(path)
+        assert not os.path.lexists(path)
+
+
+@pytest.mark.parametrize("dp_rank", [True, "1", 1.0])
+def test_make_base_path_takes_only_an_int_dp_rank(dp_rank: object) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        make_base_path(dp_rank)  # type: ignore[arg-type]
+    assert str(info.value) == f"dp_rank must be an int >= 0, got {dp_rank!r}"
+
+
+def test_the_default_session_is_the_parent_pid_plus_a_digest_of_the_key() -> None:
+    digest = hashlib.sha256(b"10.0.0.1:29500").hexdigest()[:10]
+    base = make_base_path(key="10.0.0.1:29500", base_dir="/b", environ={})
+    assert base == f"/b/tp_p{os.getppid()}_{digest}_dp0"
+
+
+def test_a_session_id_of_the_maximum_length_is_kept_as_it_is() -> None:
+    assert make_base_path(session_id="s" * 24, base_dir="/b") == "/b/tp_" + "s" * 24 + "_dp0"
