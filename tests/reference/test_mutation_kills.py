@@ -52,6 +52,8 @@ from tpbcast.reference_impl._errors import errno_name
 from tpbcast.reference_impl._paths import prepare_socket_path
 from tpbcast.reference_impl.conformance_adapter import make
 
+from ._helpers import needs_torch
+
 # A base path whose socket path (<base>_0.sock) is 108 bytes: one over sun_path.
 _TOO_LONG = "/tmp/" + "p" * (107 - len("/tmp/") - len("_0.sock") + 1)
 
@@ -1315,3 +1317,76 @@ def test_the_default_session_is_the_parent_pid_plus_a_digest_of_the_key() -> Non
 
 def test_a_session_id_of_the_maximum_length_is_kept_as_it_is() -> None:
     assert make_base_path(session_id="s" * 24, base_dir="/b") == "/b/tp_" + "s" * 24 + "_dp0"
+
+
+# -- numpy arrays and torch tensors between two ranks ---------------------------------------
+
+
+def test_numpy_arrays_of_any_shape_and_layout_travel_whole(base_path: str) -> None:
+    """2-D float32 arrays, contiguous and strided (staged through a temporary), arrive
+    whole: every byte counted, not one per row or per element."""
+    numpy = pytest.importorskip("numpy")
+    source = numpy.arange(24, dtype=numpy.float32).reshape(4, 6) + 0.5
+    plain, backing = numpy.zeros((4, 6), numpy.float32), numpy.zeros((4, 6), numpy.float32)
+    with _pair(base_path, io_timeout=10.0) as (root, peer):
+        caught: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                root.broadcast([source, source[:, ::2], b"!"])
+            except BaseException as exc:
+                caught.append(exc)
+
+        thread = _in_thread(send)
+        tail = bytearray(1)
+        peer.broadcast([plain, backing[:, ::2], tail])
+        thread.join(10.0)
+        assert not caught and tail == b"!"
+        assert peer.statistics().bytes_received == 96 + 48 + 1
+    assert (plain == source).all()
+    assert (backing[:, ::2] == source[:, ::2]).all() and not backing[:, 1::2].any()
+
+
+def test_a_read_only_numpy_array_is_refused_on_a_peer_with_what_to_pass(base_path: str) -> None:
+    numpy = pytest.importorskip("numpy")
+    frozen = numpy.zeros((2, 2), numpy.float32)
+    frozen.flags.writeable = False
+    with (
+        _pair(base_path, io_timeout=10.0) as (_root, peer),
+        pytest.raises(ConfigurationError) as info,
+    ):
+        peer.broadcast([bytearray(1), frozen])
+    assert str(info.value).startswith("buffer 1 is a read-only numpy array; ")
+
+
+@needs_torch
+def test_conjugate_tensors_arrive_resolved_and_a_meta_tensor_is_refused(base_path: str) -> None:
+    """A contiguous tensor with the conj bit is sent as the values it shows (resolved),
+    an empty one too; a tensor not on the CPU is refused saying what to do."""
+
+    def rank_main(ctx: RankContext) -> object:
+        import torch
+
+        torch.set_num_threads(1)
+        bcast = CpuTpBroadcaster(BroadcasterConfig(init_timeout=20.0, io_timeout=20.0))
+        bcast.initialize(ctx.rank, 2, base_path)
+        try:
+            values = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+            shown = values.conj() if ctx.rank == 0 else torch.zeros(2, dtype=torch.complex64)
+            empty = torch.empty(0, dtype=torch.complex64).conj()  # data_ptr 0 before and after
+            tail = bytearray(b"!") if ctx.rank == 0 else bytearray(1)
+            bcast.broadcast([shown, empty, tail])
+            if ctx.rank == 1:
+                return [shown.resolve_conj().tolist(), bytes(tail)]
+            with pytest.raises(ConfigurationError) as info:
+                bcast.broadcast(torch.empty(3, device="meta"))
+            return str(info.value)
+        finally:
+            bcast.reset()
+
+    refusal, received = run_ranks(rank_main, 2, timeout=60.0).values()
+    assert received == [[1 - 2j, 3 + 4j], b"!"]
+    assert refusal == (
+        "buffer 0 is a torch tensor on device 'meta'; only CPU tensors can be broadcast over "
+        "the socket (copy it with .cpu() first)"
+    )
