@@ -15,6 +15,8 @@ group fork ranks through tpbcast.harness.run_ranks.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from importlib import metadata
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +26,7 @@ import pytest
 from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import (
     BroadcasterConfig,
+    CollectiveError,
     ConfigurationError,
     CpuBroadcastDispatcher,
     CpuTpBroadcaster,
@@ -34,7 +37,7 @@ from tpbcast.reference_impl import (
     make_dispatch_adapter,
 )
 from tpbcast.reference_impl._dispatch_adapter import DispatchAdapter
-from tpbcast.reference_impl._dispatch_bootstrap import derive_ranks
+from tpbcast.reference_impl._dispatch_bootstrap import bootstrap, derive_ranks
 from tpbcast.reference_impl.conformance_adapter import ReferenceAdapter, make
 
 from . import _stack
@@ -284,3 +287,235 @@ def test_reference_adapter_reports_the_installed_version(monkeypatch: Any) -> No
     assert make().version == "7.7.7"
     monkeypatch.setattr(metadata, "version", missing)
     assert make().version == "0.1.0"
+
+
+# -- _engines.TorchDistributedEngine (gloo, forked ranks) ------------------------------
+
+
+def _engine_errors_rank(ctx: RankContext) -> dict[str, object]:
+    import torch
+
+    engine = TorchDistributedEngine.create(0, 1, ctx.workdir, timeout=_stack.GROUP_TIMEOUT)
+    seen: dict[str, object] = {}
+    try:
+        with pytest.raises(ConfigurationError) as refused:
+            engine.broadcast([torch.zeros(1), torch.empty(2, device="meta")], 0, None)
+        seen["device"] = [str(refused.value), refused.value.rank, refused.value.phase]
+        with pytest.raises(ConfigurationError) as refused:
+            engine.broadcast([b"no"], 0, None)
+        seen["not_tensor"] = str(refused.value)
+        with pytest.raises(CollectiveError) as info:  # no rank 3 in a group of one
+            engine.broadcast([torch.zeros(2), torch.zeros(3, dtype=torch.int64)], 3, None)
+        error, cause = info.value, info.value.__cause__
+        seen["start"] = [
+            error.reason == f"torch.distributed/gloo broadcast could not start: "
+            f"{type(cause).__name__}: {cause}",
+            error.rank,
+            error.peer,
+            error.phase,
+            error.bytes_done,
+            error.bytes_total,
+        ]
+        recorder = EngineRecorder()
+        dispatcher = CpuBroadcastDispatcher(
+            CpuTpBroadcaster(), engine, recorder=recorder, rank=0, owns_engine=False
+        )
+        seen["dispatch"] = [
+            str(dispatcher.broadcast_cpu([bytearray(), bytearray(b"abc")])),
+            recorder.events,
+        ]
+        if not torch.cuda.is_available():
+            with pytest.raises((AssertionError, RuntimeError)):
+                TorchDistributedEngine(device="cuda").device_sync()
+    finally:
+        engine.close()
+    return seen
+
+
+def test_engine_errors_carry_every_field_and_sizes_count_every_tensor() -> None:
+    """One forked rank over gloo: a tensor on the wrong device and a non-tensor are
+    refused naming the rank and the phase; a broadcast that cannot start names its rank,
+    its root, 0 bytes done of all its tensors' bytes, and the cause's type; an empty
+    buffer next to a full one adds no byte to the collective; an NCCL engine's
+    device_sync really calls into CUDA (which, on a machine without it, raises)."""
+    (seen,) = run_ranks(_engine_errors_rank, 1, **_stack.RUN).values()
+    assert seen["device"] == [
+        "rank 0: in phase 'collective': torch.distributed/gloo cannot broadcast tensor 1 on "
+        "device meta (expected cpu or cpu)",
+        0,
+        "collective",
+    ]
+    assert seen["not_tensor"] == (
+        "rank 0: in phase 'collective': tensor 0 is a bytes, not a torch.Tensor"
+    )
+    assert seen["start"] == [True, 0, 3, "collective", 0, 32]
+    assert seen["dispatch"] == [
+        "collective",
+        (("collective", 3), ("sync_communication",), ("device_sync",)),
+    ]
+
+
+def _subgroup_rank(ctx: RankContext) -> dict[str, object] | None:
+    import torch
+    import torch.distributed as dist
+
+    engine = TorchDistributedEngine.create(
+        ctx.rank, ctx.world_size, ctx.workdir, timeout=_stack.GROUP_TIMEOUT
+    )
+    try:
+        sub = dist.new_group([1, 2])  # every rank takes part in making it
+        if ctx.rank == 0:
+            ctx.wait("done")
+            return None
+        root = ctx.rank == 1  # group rank 0 of the subgroup: global rank 1
+
+        def filled(tensor: Any, value: float) -> Any:
+            return tensor.fill_(value) if root else tensor
+
+        seen: dict[str, object] = {}
+        # several tensors, one non-contiguous: staged, root 0 of the subgroup
+        several = [filled(torch.zeros(3, dtype=torch.int32), 7), filled(torch.zeros(2, 3).t(), 2.5)]
+        engine.broadcast(several, 0, sub)
+        engine.sync_communication()
+        seen["several"] = [t.tolist() for t in several]
+        # one non-contiguous tensor alone
+        single = filled(torch.zeros(2, 3).t(), 4.0)
+        engine.broadcast([single], 0, sub)
+        engine.sync_communication()
+        seen["single"] = single.tolist()
+        # through a recording wrapper, and through a dispatcher on the subgroup
+        wrapped = EngineRecorder().wrap(engine)
+        one = filled(torch.zeros(2), 3.0)
+        wrapped.broadcast([one], 0, sub)
+        wrapped.sync_communication()
+        seen["wrapped"] = one.tolist()
+        dispatcher = CpuBroadcastDispatcher(
+            CpuTpBroadcaster(), engine, group=sub, rank=ctx.rank, owns_engine=False
+        )
+        data = bytearray(b"sub!" if root else bytes(4))
+        seen["dispatch"] = [str(dispatcher.broadcast_cpu([data])), bytes(data)]
+        # a collective the other member never joins: the sync names the subgroup rank
+        on_sub = TorchDistributedEngine(group=sub)
+        if not root:
+            ctx.wait("started")
+            return seen  # leaves without joining
+        on_sub.broadcast([torch.zeros(4), torch.zeros(2, dtype=torch.float64)], 1, sub)
+        ctx.notify("started")
+        with pytest.raises(CollectiveError) as info:
+            on_sub.sync_communication()
+        error, cause = info.value, info.value.__cause__
+        seen["failed"] = [
+            error.reason == f"torch.distributed/gloo broadcast did not complete: "
+            f"{type(cause).__name__}: {cause}",
+            error.rank,
+            error.phase,
+            error.bytes_done,
+            error.bytes_total,
+            error.elapsed is not None and 0 < error.elapsed < _stack.RUN["timeout"],
+        ]
+        ctx.notify("done")
+        return seen
+    finally:
+        engine.close()
+
+
+def test_engine_and_dispatcher_run_on_a_subgroup_whose_ranks_are_not_the_global_ones() -> None:
+    """Three forked ranks over gloo, TP group = global ranks 1 and 2: the engine, its
+    recording wrapper and the dispatcher broadcast from the subgroup's rank 0 (global 1)
+    on that subgroup, one tensor or several, non-contiguous ones too; a sync whose peer
+    left names the subgroup rank, 0 of all the bytes, the time waited and the cause."""
+    values = run_ranks(_subgroup_rank, 3, **_stack.RUN).values()
+    assert values[0] is None
+    for seen in values[1:]:
+        assert seen is not None
+        assert seen["several"] == [[7, 7, 7], [[2.5, 2.5], [2.5, 2.5], [2.5, 2.5]]]
+        assert seen["single"] == [[4.0, 4.0], [4.0, 4.0], [4.0, 4.0]]
+        assert seen["wrapped"] == [3.0, 3.0]
+        assert seen["dispatch"] == ["collective", b"sub!"]
+    assert values[1]["failed"] == [True, 0, "sync_communication", 0, 32, True]  # type: ignore[index]
+
+
+# -- _dispatch_bootstrap: the fallback warning -----------------------------------------
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _disagreeing_layout_rank(ctx: RankContext) -> dict[str, object]:
+    engine = TorchDistributedEngine.create(
+        ctx.rank, ctx.world_size, ctx.workdir, timeout=_stack.GROUP_TIMEOUT
+    )
+    records = _Records()
+    logger = logging.getLogger("tpbcast.reference_impl.dispatch")
+    logger.addHandler(records)
+    broadcaster = CpuTpBroadcaster(_stack.FAST)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            decision = bootstrap(
+                broadcaster,
+                tp_rank=ctx.rank,
+                tp_size=3,
+                local_world_size=3 if ctx.rank == 0 else 1,  # ranks 1 and 2: TP spans nodes
+                base_path=ctx.base_path,
+                group_timeout=_stack.GROUP_TIMEOUT,
+                config=_stack.FAST,
+            )
+        return {
+            "reason": decision.reason,
+            "warnings": [(str(w.message), w.category.__name__) for w in caught],
+            "logged": records.messages,
+        }
+    finally:
+        logger.removeHandler(records)
+        broadcaster.reset()
+        engine.close()
+
+
+def test_a_layout_disagreement_warns_once_naming_every_ineligible_rank() -> None:
+    """Three forked ranks over gloo, two of which see TP spanning nodes: every rank's
+    decision, warning and log line name both ranks ("1, 2") and what each reported."""
+    for seen in run_ranks(_disagreeing_layout_rank, 3, **_stack.RUN).values():
+        reason = (
+            "layouts disagree: rank(s) 1, 2 of 3 report rank 1: tp_size 3 > "
+            "local_world_size 1 (TP spans nodes); rank 2: tp_size 3 > local_world_size 1 "
+            "(TP spans nodes); all 3 ranks use the collective fallback"
+        )
+        assert seen["reason"] == reason
+        message = f"tpbcast UDS bootstrap skipped: {reason}"
+        assert seen["warnings"] == [(message, "BootstrapFallbackWarning")]
+        assert seen["logged"] == [message]
+
+
+def _destroyed_group_rank(ctx: RankContext) -> list[object] | None:
+    import torch
+    import torch.distributed as dist
+
+    engine = TorchDistributedEngine.create(ctx.rank, 2, ctx.workdir, timeout=_stack.GROUP_TIMEOUT)
+    try:
+        if ctx.rank == 1:
+            ctx.wait("started")
+            return None  # leaves without joining
+        engine.broadcast([torch.zeros(4), torch.zeros(2)], 1, None)
+        ctx.notify("started")
+        dist.destroy_process_group()  # by its owner's caller, behind the engine's back
+        with pytest.raises(CollectiveError) as info:
+            engine.sync_communication()
+        error = info.value
+        return [error.rank, error.phase, error.bytes_done, error.bytes_total]
+    finally:
+        engine.close()
+
+
+def test_a_failed_sync_after_the_group_was_destroyed_is_still_a_collective_error() -> None:
+    """Two forked ranks over gloo: rank 0's collective fails (its peer left) and its
+    default group is destroyed before the sync; the sync still raises CollectiveError
+    (no rank: there is no group left to ask), with its phase and sizes."""
+    values = run_ranks(_destroyed_group_rank, 2, **_stack.RUN).values()
+    assert values == [[None, "sync_communication", 0, 24], None]
