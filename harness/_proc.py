@@ -198,14 +198,15 @@ def list_group_members(pgids: set[int]) -> list[int]:
 
 def stat_fields(pid: int) -> list[bytes] | None:
     """The fields of ``/proc/<pid>/stat`` after the command name: state (0), ppid (1),
-    pgrp (2), ..., starttime (19); None once the process is gone.
+    pgrp (2), ..., starttime (19); None once the process is gone, or when its stat cannot
+    be read (another user's process under ``hidepid``: none of ours, which we can read).
 
     The name is split off at its LAST ``)``: it may itself hold spaces and parentheses.
     """
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
-    except (FileNotFoundError, ProcessLookupError):
+    except OSError:
         return None
     return raw[raw.rfind(b")") + 2 :].split()
 
