@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tpbcast.reference_impl import BroadcastError, BroadcastTimeoutError, PeerClosedError
-from tpbcast.reference_impl._io import Deadline, Site, send_all, send_views
+from tpbcast.reference_impl._io import Deadline, Site, recv_exact, send_all, send_views
 
 # Rank 0 writing to peer 2 (``who`` is how the message names the other end).
 SITE = Site(rank=0, peer=2, phase="broadcast", path="/tmp/x_0.sock", who="peer 2")
@@ -34,13 +34,15 @@ class _ShimSocket(socket.socket):
     """A real socket with scripted ``send`` calls: each number in ``limits`` caps what
     one call passes on (0: pass nothing on and return 0, as a send may in theory);
     ``fail`` is raised by the next send instead; ``msg_limit`` caps what the next
-    ``sendmsg`` passes on (a partial sendmsg).  Every call is counted by name."""
+    ``sendmsg`` passes on (a partial sendmsg); each entry of ``reads`` caps one
+    ``recv_into`` (a number) or is raised by it.  Every call is counted by name."""
 
     def __init__(self, real: socket.socket) -> None:
         super().__init__(fileno=real.detach())
         self.limits: list[int] = []
         self.fail: OSError | None = None
         self.msg_limit: int | None = None
+        self.reads: list[int | OSError] = []
         self.calls: Counter[str] = Counter()
 
     def send(self, data: Any, flags: int = 0, /) -> int:
@@ -53,6 +55,15 @@ class _ShimSocket(socket.socket):
                 return 0
             data = memoryview(data)[:limit]
         return super().send(data, flags)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0, /) -> int:
+        self.calls["recv_into"] += 1
+        if self.reads:
+            step = self.reads.pop(0)
+            if isinstance(step, OSError):
+                raise step
+            nbytes = min(nbytes or len(buffer), step)
+        return super().recv_into(buffer, nbytes, flags)
 
     def sendmsg(self, buffers: Any, *args: Any) -> int:
         self.calls["sendmsg"] += 1
@@ -100,6 +111,9 @@ def _where(err: BroadcastError) -> tuple[Any, ...]:
 
 
 _WRITING = (0, 2, "broadcast", "/tmp/x_0.sock", "write to peer 2")
+# Peer 2 reading from rank 0.
+READER = Site(rank=2, peer=0, phase="broadcast", path="/tmp/x_0.sock", who="rank 0")
+_READING = (2, 0, "broadcast", "/tmp/x_0.sock", "read from rank 0")
 
 
 def test_a_send_that_returns_zero_is_the_peer_closing_after_the_bytes_sent(
@@ -268,3 +282,88 @@ def test_buffers_that_find_the_link_full_time_out_counting_the_whole_transfer(
     assert _where(err) == _WRITING
     assert (err.bytes_done, err.bytes_total, err.errno_name) == (0, 5, "ETIMEDOUT")
     assert err.reason == "deadline of 0.1 s passed (peer not reading)"
+
+
+def test_waiting_for_data_sleeps_in_poll_instead_of_spinning(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    """A reader whose peer sends nothing waits in poll for data only (not for room to
+    write, which a socket nearly always has): one failed read, then the deadline."""
+    a, _b = pair
+    with pytest.raises(BroadcastTimeoutError):
+        recv_exact(a, bytearray(4), Deadline(0.2), SITE)
+    assert a.calls["recv_into"] == 1
+
+
+def test_waiting_for_room_sleeps_in_poll_even_when_the_peer_talks(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    """A writer waits in poll for room only: bytes the peer sends meanwhile (rank 0 never
+    reads during a broadcast) do not wake it into a loop of failed sends."""
+    a, b = pair
+    _fill(a)
+    b.send(b"unexpected")
+    with pytest.raises(BroadcastTimeoutError):
+        send_all(a, b"x" * 10, Deadline(0.2), SITE)
+    assert a.calls["send"] == 1
+
+
+def test_a_peer_closing_mid_read_is_named_with_the_bytes_read(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    a, b = pair
+    b.send(b"abc")
+    b.shutdown(socket.SHUT_WR)  # end of stream after 3 of the 8 bytes
+    with pytest.raises(PeerClosedError) as info:
+        recv_exact(a, bytearray(8), Deadline(5.0), READER, offset=5, total=100)
+    err = info.value
+    assert err.reason == "peer closed the connection (end of stream)"
+    assert _where(err) == _READING
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (5 + 3, 100, None)
+
+
+def test_waiting_for_the_rest_times_out_naming_the_silent_peer(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    a, b = pair
+    b.send(b"abc")
+    with pytest.raises(BroadcastTimeoutError) as info:
+        recv_exact(a, bytearray(8), Deadline(0.1), READER, offset=5, total=100)
+    err = info.value
+    assert err.reason == "deadline of 0.1 s passed (no data from peer)"
+    assert _where(err) == _READING
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (5 + 3, 100, "ETIMEDOUT")
+
+
+def test_the_abort_pipe_stops_a_read_without_a_caller_poller(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    """recv_exact without a poller builds its own, with the abort pipe in it: an abort
+    already requested ends the wait for data at once (ECANCELED), not at the deadline."""
+    a, _b = pair
+    r, w = os.pipe()
+    try:
+        os.write(w, b"!")
+        with pytest.raises(BroadcastError) as info:
+            recv_exact(a, bytearray(8), Deadline(3.0), READER, offset=5, total=100, abort_fd=r)
+    finally:
+        os.close(r)
+        os.close(w)
+    err = info.value
+    assert type(err) is BroadcastError
+    assert err.reason == "aborted: reset() was called from another thread during the transfer"
+    assert _where(err) == _READING
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (5, 100, "ECANCELED")
+
+
+def test_a_read_that_finds_nothing_after_a_wake_up_waits_again(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    """A spurious wake-up (poll said readable, the read finds nothing: EAGAIN) is not
+    progress: the reader waits again and every byte lands in its place."""
+    a, b = pair
+    b.send(b"abcd")
+    a.reads = [2, BlockingIOError(errno.EAGAIN, "spurious")]  # then real reads
+    out = bytearray(4)
+    assert recv_exact(a, out, Deadline(5.0), READER) == 4
+    assert out == b"abcd"
