@@ -16,6 +16,7 @@ group fork ranks through tpbcast.harness.run_ranks.
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from importlib import metadata
 from types import SimpleNamespace
@@ -32,12 +33,21 @@ from tpbcast.reference_impl import (
     CpuTpBroadcaster,
     DispatchPath,
     EngineRecorder,
+    NotInitializedError,
+    ParallelMode,
     TorchDistributedEngine,
     UnsupportedDeviceError,
+    UnsupportedModeError,
+    UnsupportedRootError,
     make_dispatch_adapter,
 )
 from tpbcast.reference_impl._dispatch_adapter import DispatchAdapter
-from tpbcast.reference_impl._dispatch_bootstrap import bootstrap, derive_ranks
+from tpbcast.reference_impl._dispatch_bootstrap import (
+    BootstrapConsensusError,
+    bootstrap,
+    derive_ranks,
+)
+from tpbcast.reference_impl._engines import all_gather_status
 from tpbcast.reference_impl.conformance_adapter import ReferenceAdapter, make
 
 from . import _stack
@@ -149,6 +159,9 @@ def _odd_device_rank(ctx: RankContext) -> list[object]:
         dispatcher.broadcast_cpu([bytearray(5), torch.empty(3, device="meta")])
     error = info.value
     seen += [str(error), error.rank, error.phase, error.bytes_total, len(up.calls)]
+    with pytest.raises(ConfigurationError) as single:
+        dispatcher.broadcast_cpu(torch.zeros(2))
+    seen.append(str(single.value))
     return seen
 
 
@@ -156,7 +169,8 @@ def test_uds_path_refuses_only_tensors_known_to_be_off_the_cpu() -> None:
     """In a forked rank (torch): a tensor whose device names no type, or that has no
     device at all, is taken as a CPU tensor and goes over UDS; a meta tensor is refused
     before any byte moves, the error naming the buffer, its device and size, the rank,
-    the phase 'dispatch' and the call's total bytes."""
+    the phase 'dispatch' and the call's total bytes; a lone tensor is refused as a
+    single buffer, not as a non-list."""
     (seen,) = run_ranks(_odd_device_rank, 1, **_stack.RUN).values()
     assert seen == [
         "uds",
@@ -167,7 +181,115 @@ def test_uds_path_refuses_only_tensors_known_to_be_off_the_cpu() -> None:
         "dispatch",
         17,
         2,
+        "rank 0: in phase 'dispatch': broadcast_cpu takes a list of buffers, got a single "
+        "Tensor; wrap it in a list",
     ]
+
+
+class _DownBroadcaster(_UpBroadcaster):
+    """A broadcaster that is not up: the dispatcher takes the collective path."""
+
+    def is_initialized(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("call", "error_type", "text"),
+    [
+        (
+            {"buffers": [bytearray(1)], "root": 1},
+            UnsupportedRootError,
+            "broadcast_cpu supports only root=0; got root=1",
+        ),
+        (
+            {"buffers": [bytearray(1)], "root": False},
+            UnsupportedRootError,
+            "broadcast_cpu supports only root=0; got root=False",
+        ),
+        (
+            {"buffers": [bytearray(1)], "mode": ParallelMode.DP},
+            UnsupportedModeError,
+            "broadcast_cpu supports only ParallelMode.TP; got mode=ParallelMode.DP",
+        ),
+        (
+            {"buffers": [bytearray(1)], "mode": "tp"},
+            UnsupportedModeError,
+            "broadcast_cpu supports only ParallelMode.TP; got mode='tp'",
+        ),
+        (
+            {"buffers": bytearray(2)},
+            ConfigurationError,
+            "broadcast_cpu takes a list of buffers, got a single bytearray; wrap it in a list",
+        ),
+        (
+            {"buffers": "numpy"},
+            ConfigurationError,
+            "broadcast_cpu takes a list of buffers, got a single ndarray; wrap it in a list",
+        ),
+        (
+            {"buffers": 7},
+            ConfigurationError,
+            "broadcast_cpu takes a list of buffers, got int",
+        ),
+        (
+            {"buffers": [bytearray(1), object()]},
+            ConfigurationError,
+            "buffer 1 (object) is neither a torch tensor nor a buffer-protocol object",
+        ),
+        (
+            {"buffers": [b"ro"]},
+            ConfigurationError,
+            "buffer 0 (bytes) is read-only; non-root ranks receive into it, so every rank "
+            "must pass writable buffers",
+        ),
+    ],
+)
+def test_dispatcher_refusals_name_the_rank_the_phase_and_the_fix(
+    call: dict[str, Any], error_type: type[Exception], text: str
+) -> None:
+    """Each refusal of broadcast_cpu (root, mode, not a list, a single buffer -- also a
+    numpy array --, a non-buffer, a read-only buffer) is its own error type, names the
+    dispatcher's rank and the phase 'dispatch', says what was given, and reaches
+    neither path."""
+    import numpy as np
+
+    if call["buffers"] == "numpy":
+        call = {**call, "buffers": np.zeros(3)}
+    for broadcaster in (_UpBroadcaster(), _DownBroadcaster()):
+        dispatcher = CpuBroadcastDispatcher(broadcaster, _stack.UnusedEngine(), rank=3)
+        with pytest.raises(ConfigurationError) as info:
+            dispatcher.broadcast_cpu(**call)
+        assert type(info.value) is error_type
+        assert str(info.value) == f"rank 3: in phase 'dispatch': {text}"
+        assert (info.value.rank, info.value.phase) == (3, "dispatch")
+        assert broadcaster.calls == []
+
+
+def test_teardown_of_an_engine_without_close_then_broadcast_is_refused() -> None:
+    """teardown() closes an owned engine only if it has a close(); afterwards a call is
+    refused with NotInitializedError naming the rank, the phase and what to do."""
+    dispatcher = CpuBroadcastDispatcher(_UpBroadcaster(), _stack.UnusedEngine(), rank=3)
+    dispatcher.teardown()  # UnusedEngine has no close()
+    with pytest.raises(NotInitializedError) as info:
+        dispatcher.broadcast_cpu([bytearray(1)])
+    assert str(info.value) == (
+        "rank 3: in phase 'dispatch': broadcast_cpu after teardown(): build a new "
+        "dispatcher with a new engine"
+    )
+    assert (info.value.rank, info.value.phase) == (3, "dispatch")
+
+
+def test_dispatcher_works_when_torch_is_a_stand_in_without_a_tensor_class(
+    monkeypatch: Any,
+) -> None:
+    """Tensor detection reads torch from sys.modules and never imports it: with no torch
+    module, or a stand-in whose Tensor is not a class, plain buffers still go over UDS."""
+    for stand_in in (None, SimpleNamespace(Tensor="not a class")):
+        monkeypatch.setitem(sys.modules, "torch", stand_in)
+        up = _UpBroadcaster()
+        dispatcher = CpuBroadcastDispatcher(up, _stack.UnusedEngine(), rank=0)
+        assert dispatcher.broadcast_cpu([bytearray(b"ok")]) is DispatchPath.UDS
+        assert up.calls == [([bytearray(b"ok")], 0)]
 
 
 # -- _dispatch_adapter -----------------------------------------------------------------
@@ -292,6 +414,15 @@ def test_reference_adapter_reports_the_installed_version(monkeypatch: Any) -> No
 # -- _engines.TorchDistributedEngine (gloo, forked ranks) ------------------------------
 
 
+class _NoTimeoutEngine(_stack.UnusedEngine):
+    """An engine that says nothing about its group's timeout."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "timeout":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
 def _engine_errors_rank(ctx: RankContext) -> dict[str, object]:
     import torch
 
@@ -324,6 +455,18 @@ def _engine_errors_rank(ctx: RankContext) -> dict[str, object]:
             str(dispatcher.broadcast_cpu([bytearray(), bytearray(b"abc")])),
             recorder.events,
         ]
+        # an engine without a timeout: no budget to check; tp_size 1: no UDS
+        plain = CpuBroadcastDispatcher(CpuTpBroadcaster(), _NoTimeoutEngine(), rank=0)
+        decision = plain.bootstrap(
+            tp_rank=0, tp_size=1, local_world_size=1, base_path=ctx.base_path
+        )
+        seen["no_timeout"] = str(decision.path)
+        # the consensus tensors stay on the CPU (gloo) whatever torch's default device
+        torch.set_default_device("meta")
+        try:
+            seen["meta_default"] = [all_gather_status(0, None), all_gather_status(2, "x")]
+        finally:
+            torch.set_default_device(None)
         if not torch.cuda.is_available():
             with pytest.raises((AssertionError, RuntimeError)):
                 TorchDistributedEngine(device="cuda").device_sync()
@@ -336,8 +479,10 @@ def test_engine_errors_carry_every_field_and_sizes_count_every_tensor() -> None:
     """One forked rank over gloo: a tensor on the wrong device and a non-tensor are
     refused naming the rank and the phase; a broadcast that cannot start names its rank,
     its root, 0 bytes done of all its tensors' bytes, and the cause's type; an empty
-    buffer next to a full one adds no byte to the collective; an NCCL engine's
-    device_sync really calls into CUDA (which, on a machine without it, raises)."""
+    buffer next to a full one adds no byte to the collective; a dispatcher over an engine
+    without a timeout bootstraps; the consensus works when torch's default device is not
+    the CPU; an NCCL engine's device_sync really calls into CUDA (which, on a machine
+    without it, raises)."""
     (seen,) = run_ranks(_engine_errors_rank, 1, **_stack.RUN).values()
     assert seen["device"] == [
         "rank 0: in phase 'collective': torch.distributed/gloo cannot broadcast tensor 1 on "
@@ -349,6 +494,8 @@ def test_engine_errors_carry_every_field_and_sizes_count_every_tensor() -> None:
         "rank 0: in phase 'collective': tensor 0 is a bytes, not a torch.Tensor"
     )
     assert seen["start"] == [True, 0, 3, "collective", 0, 32]
+    assert seen["no_timeout"] == "collective"
+    assert seen["meta_default"] == [((0, None),), ((2, "x"),)]
     assert seen["dispatch"] == [
         "collective",
         (("collective", 3), ("sync_communication",), ("device_sync",)),
@@ -394,6 +541,39 @@ def _subgroup_rank(ctx: RankContext) -> dict[str, object] | None:
         )
         data = bytearray(b"sub!" if root else bytes(4))
         seen["dispatch"] = [str(dispatcher.broadcast_cpu([data])), bytes(data)]
+        # the consensus, a layout check and a UDS bootstrap on the subgroup
+        group_rank = ctx.rank - 1
+        seen["gathered"] = all_gather_status(ctx.rank, f"r{ctx.rank}", sub)
+        with pytest.raises(ConfigurationError) as mismatch:
+            bootstrap(
+                CpuTpBroadcaster(_stack.FAST),
+                tp_rank=1 - group_rank,
+                tp_size=2,
+                local_world_size=2,
+                base_path=ctx.base_path,
+                group=sub,
+                group_timeout=_stack.GROUP_TIMEOUT,
+                config=_stack.FAST,
+            )
+        seen["mismatch"] = [str(mismatch.value), mismatch.value.rank, mismatch.value.phase]
+        on_uds = CpuBroadcastDispatcher(
+            CpuTpBroadcaster(_stack.FAST), engine, group=sub, rank=ctx.rank, owns_engine=False
+        )
+        decision = on_uds.bootstrap(
+            tp_rank=group_rank,
+            tp_size=2,
+            local_world_size=2,
+            base_path=ctx.base_path,
+            config=_stack.FAST,
+        )
+        data = bytearray(b"uds!" if root else bytes(4))
+        seen["uds"] = [
+            str(decision.path),
+            on_uds.last_bootstrap is decision,
+            str(on_uds.broadcast_cpu([data])),
+            bytes(data),
+        ]
+        on_uds.teardown()
         # a collective the other member never joins: the sync names the subgroup rank
         on_sub = TorchDistributedEngine(group=sub)
         if not root:
@@ -422,8 +602,10 @@ def _subgroup_rank(ctx: RankContext) -> dict[str, object] | None:
 def test_engine_and_dispatcher_run_on_a_subgroup_whose_ranks_are_not_the_global_ones() -> None:
     """Three forked ranks over gloo, TP group = global ranks 1 and 2: the engine, its
     recording wrapper and the dispatcher broadcast from the subgroup's rank 0 (global 1)
-    on that subgroup, one tensor or several, non-contiguous ones too; a sync whose peer
-    left names the subgroup rank, 0 of all the bytes, the time waited and the cause."""
+    on that subgroup, one tensor or several, non-contiguous ones too; the consensus
+    gathers the subgroup's two ranks; bootstrap checks tp_rank against the subgroup and
+    brings UDS up on it; a sync whose peer left names the subgroup rank, 0 of all the
+    bytes, the time waited and the cause."""
     values = run_ranks(_subgroup_rank, 3, **_stack.RUN).values()
     assert values[0] is None
     for seen in values[1:]:
@@ -432,7 +614,156 @@ def test_engine_and_dispatcher_run_on_a_subgroup_whose_ranks_are_not_the_global_
         assert seen["single"] == [[4.0, 4.0], [4.0, 4.0], [4.0, 4.0]]
         assert seen["wrapped"] == [3.0, 3.0]
         assert seen["dispatch"] == ["collective", b"sub!"]
+        assert seen["gathered"] == ((1, "r1"), (2, "r2"))
+        assert seen["uds"] == ["uds", True, "uds", b"uds!"]
+    for group_rank, seen in enumerate(values[1:]):
+        given = 1 - group_rank
+        assert seen["mismatch"] == [  # type: ignore[index]
+            f"rank {given}: in phase 'bootstrap': the process group says rank {group_rank} "
+            f"of 2, but bootstrap was given tp_rank={given}, tp_size=2",
+            given,
+            "bootstrap",
+        ]
     assert values[1]["failed"] == [True, 0, "sync_communication", 0, 32, True]  # type: ignore[index]
+
+
+# -- _dispatch_bootstrap: checks before any collective -------------------------------
+
+
+class _NoConfigBroadcaster:
+    """A broadcaster without a ``config`` attribute (none is required of it)."""
+
+    def initialize(self, rank: int, world_size: int, base_path: str, **kwargs: Any) -> None:
+        raise AssertionError("not expected")
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def reset(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("layout", "text"),
+    [
+        ((True, 2, 2), "in phase 'bootstrap': tp_rank must be an int, got True"),
+        ((0, "2", 2), "in phase 'bootstrap': tp_size must be an int, got '2'"),
+        ((0, 2, 1.5), "in phase 'bootstrap': local_world_size must be an int, got 1.5"),
+        (
+            (2, 2, 1),
+            "rank 2: in phase 'bootstrap': invalid layout: tp_rank=2, tp_size=2, "
+            "local_world_size=1",
+        ),
+    ],
+)
+def test_bootstrap_refuses_a_bad_layout_naming_the_setting(
+    layout: tuple[Any, Any, Any], text: str
+) -> None:
+    """In the pytest process (no group needed: nothing is communicated): a non-int or
+    inconsistent layout is refused in phase 'bootstrap', naming the setting and value."""
+    tp_rank, tp_size, local_world_size = layout
+    with pytest.raises(ConfigurationError) as info:
+        bootstrap(
+            CpuTpBroadcaster(),
+            tp_rank=tp_rank,
+            tp_size=tp_size,
+            local_world_size=local_world_size,
+            base_path="/nonexistent/g",
+        )
+    assert str(info.value) == text
+    assert info.value.phase == "bootstrap"
+
+
+_NO_GROUP = (
+    "rank 1: in phase 'bootstrap': bootstrap needs an initialized process group for the "
+    "consensus step"
+)
+
+
+@pytest.mark.parametrize(
+    ("broadcaster", "group_timeout", "config"),
+    [
+        (_NoConfigBroadcaster(), 1.0, None),
+        (CpuTpBroadcaster(), 1.0, SimpleNamespace(init_timeout=5.0)),
+        (CpuTpBroadcaster(), 1.0, SimpleNamespace(connect_timeout=5.0)),
+        (CpuTpBroadcaster(), 1.0, SimpleNamespace(connect_timeout=5.0, init_timeout=None)),
+        (CpuTpBroadcaster(), None, _stack.FAST),
+    ],
+)
+def test_the_deadline_budget_is_checked_only_when_every_deadline_is_known(
+    broadcaster: Any, group_timeout: float | None, config: Any
+) -> None:
+    """A broadcaster without settings, settings without a connect or init deadline, or
+    no group timeout: nothing to compare, so bootstrap goes on to the next check (here:
+    no process group in the pytest process, refused naming the rank and the phase)."""
+    with pytest.raises(ConfigurationError) as info:
+        bootstrap(
+            broadcaster,
+            tp_rank=1,
+            tp_size=2,
+            local_world_size=2,
+            base_path="/nonexistent/g",
+            group_timeout=group_timeout,
+            config=config,
+        )
+    assert str(info.value) == _NO_GROUP
+    assert (info.value.rank, info.value.phase) == (1, "bootstrap")
+
+
+def test_a_group_timeout_equal_to_the_bootstrap_budget_is_refused() -> None:
+    """connect 3 s + init 3 s = 6 s: a 6 s group timeout does not exceed it; the error
+    says both numbers and which settings to change."""
+    with pytest.raises(ConfigurationError) as info:
+        bootstrap(
+            CpuTpBroadcaster(),
+            tp_rank=1,
+            tp_size=2,
+            local_world_size=2,
+            base_path="/nonexistent/g",
+            group_timeout=6.0,
+            config=_stack.FAST,
+        )
+    assert str(info.value) == (
+        "rank 1: in phase 'bootstrap': process-group timeout 6 s must exceed the "
+        "broadcaster's bootstrap budget connect_timeout + init_timeout = 6 s; shorten the "
+        "broadcaster deadlines (BroadcasterConfig) or lengthen the group timeout"
+    )
+
+
+def _consensus_lost_rank(ctx: RankContext) -> list[object] | None:
+    engine = TorchDistributedEngine.create(
+        ctx.rank, ctx.world_size, ctx.workdir, timeout=_stack.GROUP_TIMEOUT
+    )
+    try:
+        if ctx.rank == 1:
+            return None  # leaves before the consensus
+        with pytest.raises(BootstrapConsensusError) as info:
+            bootstrap(
+                CpuTpBroadcaster(_stack.FAST),
+                tp_rank=0,
+                tp_size=2,
+                local_world_size=2,
+                base_path=ctx.base_path,
+                group_timeout=_stack.GROUP_TIMEOUT,
+                config=_stack.FAST,
+            )
+        error, cause = info.value, info.value.__cause__
+        return [
+            error.reason == f"consensus collective (layout) failed: {type(cause).__name__}: "
+            f"{cause}",
+            error.rank,
+            error.phase,
+        ]
+    finally:
+        engine.close()
+
+
+def test_a_consensus_that_cannot_complete_names_the_step_the_rank_and_the_cause() -> None:
+    """Two forked ranks over gloo, rank 1 gone before the layout consensus: rank 0's
+    bootstrap raises BootstrapConsensusError naming the step, its rank, the phase
+    'bootstrap-consensus' and the collective's own error."""
+    values = run_ranks(_consensus_lost_rank, 2, **_stack.RUN).values()
+    assert values == [[True, 0, "bootstrap-consensus"], None]
 
 
 # -- _dispatch_bootstrap: the fallback warning -----------------------------------------
