@@ -1123,6 +1123,7 @@ def test_every_broadcast_is_counted_whichever_path_it_takes(base_path: str) -> N
                 for _ in range(2):
                     root.broadcast([b"ab", b"c"])
                 root.broadcast([bytearray(0)])
+                root.broadcast([b"", b"de"])
             except BaseException as exc:
                 caught.append(exc)
 
@@ -1130,11 +1131,13 @@ def test_every_broadcast_is_counted_whichever_path_it_takes(base_path: str) -> N
         for _ in range(2):
             peer.broadcast([bytearray(2), bytearray(1)])
         peer.broadcast([bytearray(0)])
+        last = bytearray(2)
+        peer.broadcast([bytearray(0), last])  # an empty buffer first: 0 bytes counted
         thread.join(10.0)
-        assert not caught
+        assert not caught and last == b"de"
         sent, received = root.statistics(), peer.statistics()
-    assert (sent.broadcasts, sent.bytes_sent) == (3, 6)
-    assert (received.broadcasts, received.bytes_received) == (3, 6)
+    assert (sent.broadcasts, sent.bytes_sent) == (4, 8)
+    assert (received.broadcasts, received.bytes_received) == (4, 8)
 
 
 def test_several_buffers_to_a_peer_that_left_count_the_whole_transfer(base_path: str) -> None:
@@ -1160,7 +1163,7 @@ def test_a_peer_whose_link_was_closed_under_it_names_that_for_several_buffers(
             peer.broadcast([bytearray(3), bytearray(5)])
     err = info.value
     assert type(err) is BroadcastError
-    assert (err.rank, err.peer, err.errno_name) == (1, 0, "EBADF")
+    assert (err.rank, err.peer, err.errno_name, err.action) == (1, 0, "EBADF", "read from rank 0")
     assert (err.bytes_done, err.bytes_total) == (0, 8)
     assert err.reason == "socket was closed under us"
 

@@ -17,14 +17,23 @@ import os
 import select
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import BroadcastError, BroadcastTimeoutError, PeerClosedError
-from tpbcast.reference_impl._io import Deadline, Site, recv_exact, send_all, send_views
+from tpbcast.reference_impl._io import (
+    Deadline,
+    Site,
+    make_poller,
+    recv_exact,
+    send_all,
+    send_views,
+)
 
 # Rank 0 writing to peer 2 (``who`` is how the message names the other end).
 SITE = Site(rank=0, peer=2, phase="broadcast", path="/tmp/x_0.sock", who="peer 2")
@@ -367,3 +376,162 @@ def test_a_read_that_finds_nothing_after_a_wake_up_waits_again(
     out = bytearray(4)
     assert recv_exact(a, out, Deadline(5.0), READER) == 4
     assert out == b"abcd"
+
+
+class _CountingPoller:
+    """A caller's poller (``make_poller``) that counts its polls and keeps their timeouts."""
+
+    def __init__(self, sock: socket.socket, *, writing: bool = False) -> None:
+        self._real = make_poller(sock, writing=writing, abort_fd=None)
+        self.timeouts: list[int | None] = []
+
+    @property
+    def polls(self) -> int:
+        return len(self.timeouts)
+
+    def poll(self, timeout: int | None = None) -> list[tuple[int, int]]:
+        self.timeouts.append(timeout)
+        return self._real.poll(timeout)
+
+
+def test_a_reader_that_waits_first_costs_one_poll_and_one_read(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    """recv_exact(wait_first=True) when the data is there: one poll, one recv_into."""
+    a, b = pair
+    b.send(b"abcd")
+    poller = _CountingPoller(a)
+    out = bytearray(4)
+    assert recv_exact(a, out, Deadline(5.0), READER, poller=poller, wait_first=True) == 4  # type: ignore[arg-type]
+    assert (out, poller.polls, a.calls["recv_into"]) == (b"abcd", 1, 1)
+
+
+def test_a_reader_that_waits_first_stops_on_an_abort_without_reading(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    a, _b = pair
+    r, w = os.pipe()
+    try:
+        os.write(w, b"!")
+        with pytest.raises(BroadcastError) as info:
+            recv_exact(
+                a, bytearray(8), Deadline(3.0), READER, offset=5, total=100, abort_fd=r,
+                wait_first=True,
+            )  # fmt: skip
+    finally:
+        os.close(r)
+        os.close(w)
+    err = info.value
+    assert (type(err), err.errno_name, a.calls["recv_into"]) == (BroadcastError, "ECANCELED", 0)
+    assert _where(err) == _READING
+    assert (err.bytes_done, err.bytes_total) == (5, 100)
+
+
+def test_a_reader_that_waits_first_times_out_naming_the_silent_peer(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    a, _b = pair
+    with pytest.raises(BroadcastTimeoutError) as info:
+        recv_exact(a, bytearray(8), Deadline(0.1), READER, offset=5, total=100, wait_first=True)
+    err = info.value
+    assert err.reason == "deadline of 0.1 s passed (no data from peer)"
+    assert _where(err) == _READING
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (5, 100, "ETIMEDOUT")
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (OSError(errno.ENOBUFS, os.strerror(errno.ENOBUFS)), BroadcastError),
+        (ConnectionResetError(errno.ECONNRESET, os.strerror(errno.ECONNRESET)), PeerClosedError),
+    ],
+    ids=["ENOBUFS", "ECONNRESET"],
+)
+def test_a_failed_first_read_keeps_its_errno_and_the_progress(
+    pair: tuple[_ShimSocket, socket.socket], error: OSError, kind: type[BroadcastError]
+) -> None:
+    a, _b = pair
+    a.reads = [error]
+    with pytest.raises(BroadcastError) as info:
+        recv_exact(a, bytearray(8), Deadline(5.0), READER, offset=5, total=100)
+    err = info.value
+    assert type(err) is kind
+    assert _where(err) == _READING
+    assert (err.bytes_done, err.bytes_total) == (5, 100)
+    assert err.errno_name == errno.errorcode[error.errno]
+
+
+def test_a_reader_polls_with_the_time_left_and_not_once_it_passed(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    """The caller's read poller wakes only for data: one poll given the time left (in ms,
+    rounded up, never more), one failed read; with the deadline already passed, no poll."""
+    a, _b = pair
+    poller = _CountingPoller(a)
+    with pytest.raises(BroadcastTimeoutError):
+        recv_exact(a, bytearray(4), Deadline(0.2), READER, poller=poller)  # type: ignore[arg-type]
+    assert len(poller.timeouts) <= 2 and a.calls["recv_into"] <= 2
+    first = poller.timeouts[0]
+    assert first is not None and 100 <= first <= 200
+    late = _CountingPoller(a)
+    with pytest.raises(BroadcastTimeoutError):
+        recv_exact(a, bytearray(4), Deadline(0.0), READER, poller=late)  # type: ignore[arg-type]
+    assert late.polls == 0
+
+
+def test_a_writer_with_its_own_poller_wakes_when_the_reader_makes_room(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    a, b = pair
+    payload = os.urandom(1 << 20)  # more than the socket holds
+    got: list[bytes] = []
+    thread = threading.Thread(target=lambda: got.append(_recv_all(b, len(payload))), daemon=True)
+    thread.start()
+    poller = _CountingPoller(a, writing=True)
+    assert send_all(a, payload, Deadline(10.0), SITE, poller=poller) == len(payload)  # type: ignore[arg-type]
+    thread.join(10.0)
+    assert got == [payload]
+
+
+def test_a_timeout_is_never_reported_before_its_deadline(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    """With under a millisecond left the writer still waits it out (poll's 1 ms), so a
+    timeout's elapsed time is never short of the deadline."""
+    a, _b = pair
+    _fill(a)
+    for _ in range(5):
+        with pytest.raises(BroadcastTimeoutError) as info:
+            send_all(a, b"x", Deadline(0.0008), SITE)
+        assert info.value.elapsed is not None and info.value.elapsed >= 0.0008 - 1e-9
+
+
+def test_a_deadline_counts_from_the_start_it_is_given() -> None:
+    deadline = Deadline(1.0, started=time.monotonic() - 0.6)
+    assert 0.0 < deadline.remaining() <= 0.4 and deadline.elapsed() >= 0.6
+
+
+def test_one_buffer_to_a_closed_peer_fails_at_byte_0_of_its_size(
+    pair: tuple[_ShimSocket, socket.socket],
+) -> None:
+    a, b = pair
+    b.close()
+    with pytest.raises(PeerClosedError) as info:
+        send_all(a, b"abc", Deadline(5.0), SITE)
+    err = info.value
+    assert _where(err) == _WRITING
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (0, 3, "EPIPE")
+
+
+def test_one_buffer_to_a_departed_peer_raises_even_with_sigpipe_at_default() -> None:
+    """send_all's first send passes MSG_NOSIGNAL: EPIPE, not death by SIGPIPE (a C++
+    engine process keeps SIGPIPE at its default)."""
+
+    def rank_main(ctx: RankContext) -> str | None:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        b.close()
+        with a, pytest.raises(PeerClosedError) as info:
+            send_all(a, b"x", Deadline(5.0), SITE)
+        return info.value.errno_name
+
+    assert run_ranks(rank_main, 1, timeout=30.0, sigpipe="default").values() == ["EPIPE"]
