@@ -253,6 +253,7 @@ def test_a_half_announced_rank_at_the_deadline_is_blamed_with_its_bytes(base_pat
         thread.join(10.0)
     assert isinstance(err, BroadcastTimeoutError)
     assert (err.bytes_done, err.bytes_total, err.errno_name) == (2, 4, "ETIMEDOUT")
+    assert err.reason == "deadline of 0.5 s passed (no data from peer)"
     assert (err.rank, err.phase, err.path) == (0, "handshake", base_path + "_0.sock")
     assert f"read from connection 1 (pid {os.getpid()}) failed" in str(err)
 
@@ -377,6 +378,7 @@ def test_a_peer_refuses_a_listener_of_a_foreign_uid(base_path: str) -> None:
         listener.close()
     err = info.value
     assert (err.rank, err.peer, err.phase, err.action) == (1, 0, "connect", "connect to rank 0")
+    assert err.path == base_path + "_0.sock"
     assert (
         f"the process listening on rank 0's socket (pid {os.getpid()} uid {os.geteuid()}) "
         f"is not an allowed uid ({other}); refusing to join"
@@ -554,6 +556,7 @@ def test_a_listener_that_drops_each_connection_is_retried_then_named(
     err = info.value
     assert len(attempts) >= 2  # retried, not failed at the first drop
     assert (err.rank, err.peer, err.phase) == (1, 0, "handshake")
+    assert (err.action, err.path) == ("write to rank 0", base_path + "_0.sock")
     assert err.errno_name in {"EPIPE", "ECONNRESET"} and err.bytes_done == 0
 
 
@@ -1393,3 +1396,235 @@ def test_conjugate_tensors_arrive_resolved_and_a_meta_tensor_is_refused(base_pat
         "buffer 0 is a torch tensor on device 'meta'; only CPU tensors can be broadcast over "
         "the socket (copy it with .cpu() first)"
     )
+
+
+# -- the bootstrap's remaining corners ---------------------------------------------------------
+
+
+def test_of_several_half_announced_connections_the_first_is_blamed(base_path: str) -> None:
+    """At the init deadline two connections are still announcing their rank: the error
+    names the one that connected first, with its bytes."""
+    done = threading.Event()
+
+    def two_half_peers() -> None:
+        first = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        wire.send_all(first, wire.pack_rank(1)[:1], wire.Deadline.after(5.0))
+        second = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        wire.send_all(second, wire.pack_rank(2)[:3], wire.Deadline.after(5.0))
+        with first, second:
+            done.wait(10.0)
+
+    thread = _in_thread(two_half_peers)
+    try:
+        err = _root_error(base_path, 3, init_timeout=0.5)
+    finally:
+        done.set()
+        thread.join(10.0)
+    assert isinstance(err, BroadcastTimeoutError)
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (1, 4, "ETIMEDOUT")
+    assert f"read from connection 1 (pid {os.getpid()}) failed" in str(err)
+
+
+def test_a_duplicate_rank_is_refused_naming_the_rank(base_path: str) -> None:
+    done = threading.Event()
+
+    def twins() -> None:
+        socks = []
+        for _ in range(2):
+            sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+            wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(5.0))
+            socks.append(sock)
+        done.wait(10.0)
+        for sock in socks:
+            sock.close()
+
+    thread = _in_thread(twins)
+    try:
+        err = _root_error(base_path, 3, init_timeout=10.0)
+    finally:
+        done.set()
+        thread.join(10.0)
+    assert isinstance(err, HandshakeError)
+    assert (err.rank, err.peer, err.phase) == (0, 1, "handshake")
+    pid = os.getpid()
+    assert f"duplicate peer rank 1 from pid {pid} (pid {pid} announced it first)" in str(err)
+
+
+def test_a_peer_waits_for_the_probe_only_until_its_init_deadline(base_path: str) -> None:
+    """Rank 0's socket accepts (a listener's backlog) but never sends the link probe: the
+    peer gives up at init_timeout, naming the probe."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(base_path + "_0.sock")
+    listener.listen(1)
+    config = BroadcasterConfig(connect_timeout=5.0, init_timeout=0.3)
+    caught: list[BaseException] = []
+
+    def join() -> None:
+        try:
+            CpuTpBroadcaster(config).initialize(1, 2, base_path)
+        except BaseException as exc:
+            caught.append(exc)
+
+    thread = _in_thread(join)
+    thread.join(10.0)
+    alive = thread.is_alive()
+    listener.close()  # resets the queued connection: a hung peer wakes up
+    thread.join(10.0)
+    assert not alive, "the peer waited past its init deadline"
+    (err,) = caught
+    assert isinstance(err, BroadcastTimeoutError)
+    assert (err.rank, err.peer, err.phase) == (1, 0, "probe")
+    assert (err.action, err.path) == ("read from rank 0", base_path + "_0.sock")
+
+
+def test_asking_a_transfer_to_stop_never_fails_however_often_it_is_asked() -> None:
+    """request_abort never blocks or raises: once the pipe is full it is readable anyway."""
+    links = bootstrap_module.Links()
+    links.open_abort_pipe()
+    try:
+        for _ in range(70_000):  # more single bytes than a pipe holds (64 KiB)
+            links.request_abort()
+        assert select.select([links.abort_r], [], [], 0)[0]
+    finally:
+        links.close(unlink=False)
+
+
+def test_a_broadcaster_inherited_across_fork_can_start_over_alone(base_path: str) -> None:
+    """In a forked child the inherited broadcaster forgets its group; initialized again as
+    a world of one it broadcasts (nothing to move)."""
+    inherited = CpuTpBroadcaster()
+
+    def rank_main(ctx: RankContext) -> int:
+        inherited.initialize(0, 1, base_path)
+        inherited.broadcast(bytearray(b"x"))
+        inherited.broadcast([bytearray(1)])
+        return inherited.statistics().broadcasts
+
+    assert run_ranks(rank_main, 1, timeout=30.0).values() == [2]
+
+
+def test_reset_from_another_thread_works_when_the_abort_pipe_is_fd_0(base_path: str) -> None:
+    """A process without stdin (a daemon) gets its abort pipe's read end at fd 0: reset()
+    from another thread still stops the broadcast at once."""
+
+    def rank_main(ctx: RankContext) -> str | None:
+        real = bootstrap_module.Links.open_abort_pipe
+        freed: list[int] = []
+
+        def open_at_fd_0(links: Any) -> None:
+            if not freed:  # once: the first broadcaster to open its pipe gets fd 0
+                os.close(0)
+                freed.append(0)
+            real(links)
+
+        bootstrap_module.Links.open_abort_pipe = open_at_fd_0  # type: ignore[method-assign]
+        with _pair(base_path, io_timeout=30.0) as (root, peer):
+            me = root if root._links.abort_r == 0 else peer
+            assert me._links.abort_r == 0
+            caught: list[BaseException] = []
+
+            def transfer() -> None:
+                try:
+                    me.broadcast([bytearray(4 << 20), bytearray(1)])  # never completes
+                except BaseException as exc:
+                    caught.append(exc)
+
+            thread = _in_thread(transfer)
+            _when_broadcasting(me)
+            me.reset()
+            thread.join(15.0)
+        (err,) = caught
+        return err.errno_name
+
+    assert run_ranks(rank_main, 1, timeout=60.0).values() == ["ECANCELED"]
+
+
+def test_a_peer_cannot_receive_into_bytes_and_is_told_what_to_pass(base_path: str) -> None:
+    with (
+        _pair(base_path, io_timeout=10.0) as (_root, peer),
+        pytest.raises(ConfigurationError) as info,
+    ):
+        peer.broadcast([bytearray(1), b"abc"])
+    assert str(info.value).startswith("buffer 1 (bytes) is read-only; ")
+
+
+def test_without_numpy_a_strided_byte_view_is_still_sent(
+    base_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A strided 1-D view of single-character items needs no numpy (a bytearray stage)."""
+    monkeypatch.setitem(sys.modules, "numpy", None)  # "not installed": import fails
+    with _pair(base_path, io_timeout=10.0) as (root, peer):
+        caught: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                root.broadcast(memoryview(bytearray(b"a-b-c-d-"))[::2])
+            except BaseException as exc:
+                caught.append(exc)
+
+        thread = _in_thread(send)
+        target = bytearray(8)
+        peer.broadcast(memoryview(target)[::2])
+        thread.join(10.0)
+    assert not caught and target == bytearray(b"a\0b\0c\0d\0")
+
+
+def test_rank_0_sends_an_empty_read_only_two_dimensional_view(base_path: str) -> None:
+    """memoryview.cast refuses a view with a zero in its shape; read-only on rank 0, it is
+    copied instead (0 bytes) and the buffer after it still arrives."""
+    numpy = pytest.importorskip("numpy")
+    empty = numpy.zeros((0, 3), numpy.float32)
+    empty.flags.writeable = False
+    with _pair(base_path, io_timeout=10.0) as (root, peer):
+        caught: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                root.broadcast([memoryview(empty), b"ab"])
+            except BaseException as exc:
+                caught.append(exc)
+
+        thread = _in_thread(send)
+        received = bytearray(2)
+        peer.broadcast([bytearray(0), received])
+        thread.join(10.0)
+    assert not caught and received == b"ab"
+
+
+@pytest.mark.parametrize("probe", [b"", b"\x00"], ids=["closes", "wrong-byte"])
+def test_a_peer_names_what_rank_0_did_instead_of_probing(base_path: str, probe: bytes) -> None:
+    """Rank 0 (a wire-v1 stand-in) reads our rank, then closes without the probe or sends
+    a wrong probe byte: the peer says which, with its rank, the phase and the path."""
+    ready = threading.Event()
+
+    def root() -> None:
+        listener = wire.listen(base_path + "_0.sock", 1)
+        with listener:
+            ready.set()
+            conn = wire.accept(listener, wire.Deadline.after(10.0))
+            with conn:
+                wire.recv_exact(conn, 4, wire.Deadline.after(10.0))  # our rank
+                if probe:
+                    wire.send_all(conn, probe, wire.Deadline.after(10.0))
+                    conn.recv(1)  # wait for the peer to hang up
+
+    thread = _in_thread(root)
+    assert ready.wait(10.0)
+    config = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0)
+    try:
+        with pytest.raises(BroadcastError) as info:
+            CpuTpBroadcaster(config).initialize(1, 2, base_path)
+    finally:
+        thread.join(10.0)
+    err = info.value
+    assert (err.rank, err.peer, err.phase) == (1, 0, "probe")
+    assert err.path == base_path + "_0.sock" and err.elapsed is not None
+    if probe:
+        assert type(err) is HandshakeError
+        assert err.reason == f"bad link probe byte: expected 0x{wire.PROBE:02x}, got 0x00"
+    else:
+        assert type(err) is PeerClosedError and err.action is None
+        assert err.reason == (
+            "rank 0 closed the connection before sending the link probe (it may have "
+            "rejected this rank or failed; see rank 0's error)"
+        )
