@@ -470,7 +470,7 @@ def test_a_reader_polls_with_the_time_left_and_not_once_it_passed(
     poller = _CountingPoller(a)
     with pytest.raises(BroadcastTimeoutError):
         recv_exact(a, bytearray(4), Deadline(0.2), READER, poller=poller)  # type: ignore[arg-type]
-    assert len(poller.timeouts) <= 2 and a.calls["recv_into"] <= 2
+    assert len(poller.timeouts) <= 2 and a.calls["recv_into"] == 1
     first = poller.timeouts[0]
     assert first is not None and 100 <= first <= 200
     late = _CountingPoller(a)
