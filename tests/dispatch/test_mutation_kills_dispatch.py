@@ -16,6 +16,8 @@ group fork ranks through tpbcast.harness.run_ranks.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import sys
 import warnings
 from importlib import metadata
@@ -44,6 +46,7 @@ from tpbcast.reference_impl import (
 from tpbcast.reference_impl._dispatch_adapter import DispatchAdapter
 from tpbcast.reference_impl._dispatch_bootstrap import (
     BootstrapConsensusError,
+    BootstrapFallbackWarning,
     bootstrap,
     derive_ranks,
 )
@@ -292,6 +295,59 @@ def test_dispatcher_works_when_torch_is_a_stand_in_without_a_tensor_class(
         assert up.calls == [([bytearray(b"ok")], 0)]
 
 
+class _BareEngine:
+    """An engine with the three calls and nothing else (no group, no timeout)."""
+
+    name = "bare"
+
+    def broadcast(self, tensors: Any, root: int, group: Any) -> None:
+        raise AssertionError("not expected")
+
+    def sync_communication(self) -> None:
+        raise AssertionError("not expected")
+
+    def device_sync(self) -> None:
+        raise AssertionError("not expected")
+
+
+def test_dispatcher_group_is_the_given_one_else_the_engines() -> None:
+    """The collective runs on the group given to the dispatcher, else on the engine's
+    group, else on the default group (None); no bootstrap has run yet."""
+    engine = _stack.UnusedEngine()
+    engine.group = "engine's group"  # type: ignore[misc]
+    up = _UpBroadcaster()
+    assert CpuBroadcastDispatcher(up, engine, group="mine").group == "mine"
+    assert CpuBroadcastDispatcher(up, engine).group == "engine's group"
+    bare = CpuBroadcastDispatcher(up, _BareEngine())  # type: ignore[arg-type]
+    assert bare.group is None
+    assert bare.last_bootstrap is None
+
+
+def test_engine_settings_and_device_names() -> None:
+    """An engine wrapping a group keeps that group and timeout; 'cuda' and 'cuda:N' (any
+    case) pick NCCL; anything else is refused naming the value, the choices and the
+    phase 'engine-create'."""
+    engine = TorchDistributedEngine(group="the group", timeout=7.5)
+    assert (engine.group, engine.timeout, engine.device, engine.backend) == (
+        "the group",
+        7.5,
+        "cpu",
+        "gloo",
+    )
+    assert (
+        TorchDistributedEngine(device="cuda").device,
+        TorchDistributedEngine(device="CUDA:1").device,
+    ) == ("cuda", "cuda:1")
+    for bad in ("cuda:x", "cudaa1"):
+        with pytest.raises(ConfigurationError) as info:
+            TorchDistributedEngine(device=bad)
+        assert str(info.value) == (
+            f"in phase 'engine-create': unsupported engine device {bad!r}: use 'cpu' (gloo) "
+            "or 'cuda[:N]' (NCCL)"
+        )
+        assert info.value.phase == "engine-create"
+
+
 # -- _dispatch_adapter -----------------------------------------------------------------
 
 
@@ -425,10 +481,22 @@ class _NoTimeoutEngine(_stack.UnusedEngine):
 
 def _engine_errors_rank(ctx: RankContext) -> dict[str, object]:
     import torch
+    import torch.distributed as dist
 
-    engine = TorchDistributedEngine.create(0, 1, ctx.workdir, timeout=_stack.GROUP_TIMEOUT)
     seen: dict[str, object] = {}
+    refusals = []
+    for rank, world_size, where in ((2, 2, ctx.workdir), (-1, 1, ctx.workdir), (0, 1, "/nx")):
+        with pytest.raises(ConfigurationError) as refused:
+            TorchDistributedEngine.create(rank, world_size, where)
+        refusals.append([str(refused.value), refused.value.rank, refused.value.phase])
+    seen["create_refused"] = refusals
+    engine = TorchDistributedEngine.create(0, 1, ctx.workdir, timeout=_stack.GROUP_TIMEOUT)
+    store = os.path.join(ctx.workdir, "pg.store")
+    seen["group"] = [os.path.exists(store), dist.get_backend(), engine.timeout]
     try:
+        with pytest.raises(ConfigurationError) as refused:
+            TorchDistributedEngine.create(0, 1, ctx.workdir, store_name="second.store")
+        seen["second_create"] = [str(refused.value), refused.value.rank, refused.value.phase]
         with pytest.raises(ConfigurationError) as refused:
             engine.broadcast([torch.zeros(1), torch.empty(2, device="meta")], 0, None)
         seen["device"] = [str(refused.value), refused.value.rank, refused.value.phase]
@@ -460,7 +528,7 @@ def _engine_errors_rank(ctx: RankContext) -> dict[str, object]:
         decision = plain.bootstrap(
             tp_rank=0, tp_size=1, local_world_size=1, base_path=ctx.base_path
         )
-        seen["no_timeout"] = str(decision.path)
+        seen["no_timeout"] = _fields(decision)
         # the consensus tensors stay on the CPU (gloo) whatever torch's default device
         torch.set_default_device("meta")
         try:
@@ -472,17 +540,30 @@ def _engine_errors_rank(ctx: RankContext) -> dict[str, object]:
                 TorchDistributedEngine(device="cuda").device_sync()
     finally:
         engine.close()
+    # a fresh group (no traceback above holds it): its store file goes with close()
+    fresh = TorchDistributedEngine.create(0, 1, ctx.workdir, store_name="fresh.store")
+    made = os.path.exists(os.path.join(ctx.workdir, "fresh.store"))
+    fresh.close()
+    seen["store_left"] = [made, os.path.exists(os.path.join(ctx.workdir, "fresh.store"))]
+    if not torch.cuda.is_available():
+        # an NCCL engine asks for an NCCL group, which a build without CUDA refuses
+        with pytest.raises((RuntimeError, ValueError)):
+            TorchDistributedEngine.create(0, 1, ctx.workdir, device="cuda", store_name="n.store")
+    seen["group_after"] = dist.is_initialized()
     return seen
 
 
 def test_engine_errors_carry_every_field_and_sizes_count_every_tensor() -> None:
-    """One forked rank over gloo: a tensor on the wrong device and a non-tensor are
+    """One forked rank over gloo: create refuses a bad rank, a missing store directory
+    and a second default group, naming the rank and the phase; the group it makes is gloo
+    with the engine's timeout, its store file is <dir>/pg.store and goes with close();
+    an NCCL engine's create asks for NCCL; a tensor on the wrong device and a non-tensor are
     refused naming the rank and the phase; a broadcast that cannot start names its rank,
     its root, 0 bytes done of all its tensors' bytes, and the cause's type; an empty
     buffer next to a full one adds no byte to the collective; a dispatcher over an engine
-    without a timeout bootstraps; the consensus works when torch's default device is not
-    the CPU; an NCCL engine's device_sync really calls into CUDA (which, on a machine
-    without it, raises)."""
+    without a timeout bootstraps (tp_size 1: every field of the decision); the consensus
+    works when torch's default device is not the CPU; an NCCL engine's device_sync really
+    calls into CUDA (which, on a machine without it, raises)."""
     (seen,) = run_ranks(_engine_errors_rank, 1, **_stack.RUN).values()
     assert seen["device"] == [
         "rank 0: in phase 'collective': torch.distributed/gloo cannot broadcast tensor 1 on "
@@ -494,7 +575,46 @@ def test_engine_errors_carry_every_field_and_sizes_count_every_tensor() -> None:
         "rank 0: in phase 'collective': tensor 0 is a bytes, not a torch.Tensor"
     )
     assert seen["start"] == [True, 0, 3, "collective", 0, 32]
-    assert seen["no_timeout"] == "collective"
+    assert seen["create_refused"] == [
+        [
+            "rank 2: in phase 'engine-create': invalid process group rank 2 for world_size 2",
+            2,
+            "engine-create",
+        ],
+        [
+            "rank -1: in phase 'engine-create': invalid process group rank -1 for world_size 1",
+            -1,
+            "engine-create",
+        ],
+        [
+            "rank 0: in phase 'engine-create': the FileStore directory does not exist [path /nx]",
+            0,
+            "engine-create",
+        ],
+    ]
+    assert seen["group"] == [True, "gloo", _stack.GROUP_TIMEOUT]
+    assert seen["second_create"] == [
+        "rank 0: in phase 'engine-create': a default process group already exists in this "
+        "process; wrap it with TorchDistributedEngine(group=...) instead of create()",
+        0,
+        "engine-create",
+    ]
+    assert seen["no_timeout"] == [
+        "collective",
+        0,
+        1,
+        1,
+        False,
+        False,
+        "tp_size 1: nobody to broadcast to, UDS not set up",
+        (),
+        None,
+        (),
+        None,
+        True,
+        True,
+    ]
+    assert (seen["store_left"], seen["group_after"]) == ([True, False], False)
     assert seen["meta_default"] == [((0, None),), ((2, "x"),)]
     assert seen["dispatch"] == [
         "collective",
@@ -766,6 +886,192 @@ def test_a_consensus_that_cannot_complete_names_the_step_the_rank_and_the_cause(
     assert values == [[True, 0, "bootstrap-consensus"], None]
 
 
+def _fields(decision: Any) -> list[object]:
+    """A decision's fields, its reason with the times as "T" (each checked to be short)."""
+    times = [float(t) for t in re.findall(r"after (\d+\.\d\d) s", decision.reason)]
+    return [
+        str(decision.path),
+        decision.tp_rank,
+        decision.tp_size,
+        decision.local_world_size,
+        decision.eligible,
+        decision.attempted,
+        re.sub(r"after \d+\.\d\d s", "after T s", decision.reason),
+        decision.failed_ranks,
+        decision.first_failed_rank,
+        decision.errors,
+        decision.local_error,
+        all(t < 5.0 for t in times),
+        0.0 < decision.elapsed < 5.0,
+    ]
+
+
+class _Leave(BaseException):
+    """Raised by a fake initialize to make its rank leave the group there and then."""
+
+
+class _FakeBroadcaster:
+    """Records initialize/reset; initialize raises ``fail`` if given, else comes up."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.fail = fail
+        self.up = False
+        self.calls: list[tuple[Any, ...]] = []
+
+    def initialize(self, rank: int, world_size: int, base_path: str, **kwargs: Any) -> None:
+        self.calls.append(("initialize", rank, world_size, base_path, kwargs))
+        if self.fail is not None:
+            raise self.fail
+        self.up = True
+
+    def is_initialized(self) -> bool:
+        return self.up
+
+    def reset(self) -> None:
+        self.calls.append(("reset",))
+        self.up = False
+
+
+def _bootstrap_rounds_rank(ctx: RankContext) -> dict[str, object]:
+    engine = TorchDistributedEngine.create(
+        ctx.rank, ctx.world_size, ctx.workdir, timeout=_stack.GROUP_TIMEOUT
+    )
+
+    def boot(broadcaster: Any, lws: int = 2, config: Any = None, base: str = "") -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", BootstrapFallbackWarning)
+            return bootstrap(
+                broadcaster,
+                tp_rank=ctx.rank,
+                tp_size=2,
+                local_world_size=lws,
+                base_path=base or ctx.base_path,
+                group_timeout=_stack.GROUP_TIMEOUT,
+                config=config,
+            )
+
+    seen: dict[str, object] = {}
+    try:
+        # rank 1's initialize fails at once; no config: initialize gets none
+        failing = _FakeBroadcaster(RuntimeError("boom on rank 1") if ctx.rank == 1 else None)
+        seen["one_failed"] = [_fields(boot(failing)), list(failing.calls)]
+        # both come up, with a config: initialize gets it
+        both = _FakeBroadcaster()
+        seen["up"] = [_fields(boot(both, config=_stack.FAST)), list(both.calls)]
+        # TP spans nodes on every rank: no warning, the broadcaster left up goes down
+        seen["spans"] = [_fields(boot(both, lws=1)), both.calls[1:]]
+        # both real initializes fail: rank 1 at once (path too long), rank 0 when its
+        # init deadline passes (no peer ever connects)
+        quick = BroadcasterConfig(connect_timeout=0.5, init_timeout=0.5, io_timeout=5.0)
+        base = ctx.base_path if ctx.rank == 0 else "/tmp/" + "p" * 120
+        decision = boot(CpuTpBroadcaster(quick), config=quick, base=base)
+        texts = dict(decision.errors)
+        pattern = (
+            r"UDS initialize failed on rank\(s\) 0, 1 of 2; first failure: rank 1 after "
+            r"(\d+\.\d\d) s: "
+            + re.escape(texts[1])
+            + r"; then rank 0 after (\d+\.\d\d) s: "
+            + re.escape(texts[0])
+            + "; all 2 ranks reset the broadcaster and use the collective fallback"
+        )
+        match = re.fullmatch(pattern, decision.reason)
+        seen["both_failed"] = [
+            match is not None and float(match[1]) < float(match[2]),
+            decision.failed_ranks,
+            decision.first_failed_rank,
+            decision.local_error == texts[ctx.rank],
+            (str(decision.path), decision.eligible, decision.attempted),
+        ]
+        # rank 1 leaves inside initialize: rank 0's init consensus fails
+        if ctx.rank == 1:
+            try:
+                boot(_FakeBroadcaster(_Leave()))
+            except _Leave:
+                return seen
+        with pytest.raises(BootstrapConsensusError) as info:
+            boot(_FakeBroadcaster())
+        seen["lost"] = [
+            info.value.reason.startswith("consensus collective (init) failed: "),
+            info.value.rank,
+            info.value.phase,
+        ]
+        return seen
+    finally:
+        engine.close()
+
+
+def test_bootstrap_decisions_and_calls_in_each_outcome() -> None:
+    """Two forked ranks over gloo, one bootstrap after another: every field of the
+    decision when rank 1's initialize fails (rank 0's error is None, the failure time is
+    short), when both come up (initialize got the config, and none when none was given),
+    when TP spans nodes everywhere, and when both fail (the faster failure named first,
+    then the other, "; then "); a consensus lost at the init step names rank 0."""
+    first, second = run_ranks(_bootstrap_rounds_rank, 2, **_stack.RUN).values()
+    failed = (
+        "UDS initialize failed on rank(s) 1 of 2; first failure: rank 1 after T s: "
+        "RuntimeError: boom on rank 1; all 2 ranks reset the broadcaster and use the "
+        "collective fallback"
+    )
+    up = "1 < tp_size 2 <= local_world_size 2: UDS is up"
+    spans = "tp_size 2 > local_world_size 1 (TP spans nodes)"
+    for rank, seen in enumerate((first, second)):
+        base = seen["one_failed"][1][0][3]  # type: ignore[index]
+        mine = None if rank == 0 else "RuntimeError: boom on rank 1"
+        assert seen["one_failed"] == [
+            [
+                "collective",
+                rank,
+                2,
+                2,
+                True,
+                True,
+                failed,
+                (1,),
+                1,
+                ((1, "RuntimeError: boom on rank 1"),),
+                mine,
+                True,
+                True,
+            ],
+            [("initialize", rank, 2, base, {}), ("reset",)],
+        ]
+        assert seen["up"] == [
+            ["uds", rank, 2, 2, True, True, up, (), None, (), None, True, True],
+            [("initialize", rank, 2, base, {"config": _stack.FAST})],
+        ]
+        assert seen["spans"] == [
+            ["collective", rank, 2, 1, False, False, spans, (), None, (), None, True, True],
+            [("reset",)],
+        ]
+        assert seen["both_failed"] == [True, (0, 1), 1, True, ("collective", True, True)]
+    assert first["lost"] == [True, 0, "bootstrap-consensus"]
+
+
+def _group_timeout_rank(ctx: RankContext) -> list[object] | None:
+    import torch
+
+    engine = TorchDistributedEngine.create(ctx.rank, 2, ctx.workdir, timeout=2.0)
+    try:
+        if ctx.rank == 1:
+            ctx.wait("timed out")  # alive, but never joins the broadcast
+            return None
+        engine.broadcast([torch.zeros(4)], 1, None)
+        with pytest.raises(CollectiveError) as info:
+            engine.sync_communication()
+        ctx.notify("timed out")
+        elapsed = info.value.elapsed
+        return [info.value.phase, elapsed is not None and 1.0 < elapsed < 30.0]
+    finally:
+        engine.close()
+
+
+def test_the_group_timeout_given_to_create_bounds_every_collective() -> None:
+    """Two forked ranks, create(timeout=2): a broadcast whose root is alive but never
+    joins fails its sync after about 2 s, not torch's default of 30 minutes."""
+    values = run_ranks(_group_timeout_rank, 2, **_stack.RUN).values()
+    assert values == [["sync_communication", True], None]
+
+
 # -- _dispatch_bootstrap: the fallback warning -----------------------------------------
 
 
@@ -800,6 +1106,7 @@ def _disagreeing_layout_rank(ctx: RankContext) -> dict[str, object]:
             )
         return {
             "reason": decision.reason,
+            "decision": _fields(decision),
             "warnings": [(str(w.message), w.category.__name__) for w in caught],
             "logged": records.messages,
         }
@@ -811,14 +1118,31 @@ def _disagreeing_layout_rank(ctx: RankContext) -> dict[str, object]:
 
 def test_a_layout_disagreement_warns_once_naming_every_ineligible_rank() -> None:
     """Three forked ranks over gloo, two of which see TP spanning nodes: every rank's
-    decision, warning and log line name both ranks ("1, 2") and what each reported."""
-    for seen in run_ranks(_disagreeing_layout_rank, 3, **_stack.RUN).values():
+    decision, warning and log line name both ranks ("1, 2") and what each reported; the
+    decision says nobody attempted UDS, and each rank's own error is its layout, if any."""
+    note = "tp_size 3 > local_world_size 1 (TP spans nodes)"
+    for rank, seen in enumerate(run_ranks(_disagreeing_layout_rank, 3, **_stack.RUN).values()):
         reason = (
-            "layouts disagree: rank(s) 1, 2 of 3 report rank 1: tp_size 3 > "
-            "local_world_size 1 (TP spans nodes); rank 2: tp_size 3 > local_world_size 1 "
-            "(TP spans nodes); all 3 ranks use the collective fallback"
+            f"layouts disagree: rank(s) 1, 2 of 3 report rank 1: {note}; rank 2: {note}; "
+            "all 3 ranks use the collective fallback"
         )
         assert seen["reason"] == reason
+        lws = 3 if rank == 0 else 1
+        assert seen["decision"] == [
+            "collective",
+            rank,
+            3,
+            lws,
+            False,
+            False,
+            reason,
+            (1, 2),
+            None,
+            ((1, note), (2, note)),
+            None if rank == 0 else note,
+            True,
+            True,
+        ]
         message = f"tpbcast UDS bootstrap skipped: {reason}"
         assert seen["warnings"] == [(message, "BootstrapFallbackWarning")]
         assert seen["logged"] == [message]
