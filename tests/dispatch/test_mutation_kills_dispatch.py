@@ -545,8 +545,8 @@ def _engine_errors_rank(ctx: RankContext) -> dict[str, object]:
     made = os.path.exists(os.path.join(ctx.workdir, "fresh.store"))
     fresh.close()
     seen["store_left"] = [made, os.path.exists(os.path.join(ctx.workdir, "fresh.store"))]
-    if not torch.cuda.is_available():
-        # an NCCL engine asks for an NCCL group, which a build without CUDA refuses
+    if not dist.is_nccl_available():
+        # an NCCL engine asks for an NCCL group, which a build without NCCL refuses
         with pytest.raises((RuntimeError, ValueError)):
             TorchDistributedEngine.create(0, 1, ctx.workdir, device="cuda", store_name="n.store")
     seen["group_after"] = dist.is_initialized()
@@ -901,8 +901,8 @@ def _fields(decision: Any) -> list[object]:
         decision.first_failed_rank,
         decision.errors,
         decision.local_error,
-        all(t < 5.0 for t in times),
-        0.0 < decision.elapsed < 5.0,
+        all(0.0 <= t < 60.0 for t in times),
+        0.0 < decision.elapsed < 60.0,
     ]
 
 
