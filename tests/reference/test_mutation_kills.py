@@ -20,6 +20,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -47,9 +48,10 @@ from tpbcast.reference_impl import (
 )
 from tpbcast.reference_impl import _bootstrap as bootstrap_module
 from tpbcast.reference_impl import _broadcaster as broadcaster_module
+from tpbcast.reference_impl import _paths as paths_module
 from tpbcast.reference_impl._dispatch_bootstrap import _check_deadline_budget
 from tpbcast.reference_impl._errors import errno_name
-from tpbcast.reference_impl._paths import prepare_socket_path
+from tpbcast.reference_impl._paths import ensure_private_dir, prepare_socket_path
 from tpbcast.reference_impl.conformance_adapter import make
 
 from ._helpers import needs_torch
@@ -1628,3 +1630,52 @@ def test_a_peer_names_what_rank_0_did_instead_of_probing(base_path: str, probe: 
             "rank 0 closed the connection before sending the link probe (it may have "
             "rejected this rank or failed; see rank 0's error)"
         )
+
+
+def test_a_new_socket_directory_is_private_from_the_start(
+    short_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even under umask 0 the directory is created 0700: no moment in which others could
+    reach it before the chmod that pins the mode."""
+    modes: list[int] = []
+    real_chmod = os.chmod
+
+    def chmod(path: Any, mode: int, *args: Any, **kwargs: Any) -> None:
+        modes.append(stat.S_IMODE(os.lstat(path).st_mode))  # the mode before the chmod
+        real_chmod(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", chmod)
+    old = os.umask(0)
+    try:
+        ensure_private_dir(os.path.join(short_dir, "new"))
+    finally:
+        os.umask(old)
+    assert modes == [0o700]
+
+
+def test_a_stale_socket_that_vanishes_before_its_removal_is_fine(
+    short_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process may remove the stale socket between our check and our unlink."""
+    path = os.path.join(short_dir, "v_0.sock")
+
+    def removed_meanwhile(candidate: str) -> bool:
+        os.unlink(candidate)  # someone else cleans up first
+        return False
+
+    monkeypatch.setattr(paths_module, "_has_live_listener", removed_meanwhile)
+    with contextlib.closing(_bound(path, listening=False)):
+        prepare_socket_path(path)
+    assert not os.path.lexists(path)
+
+
+def test_reset_keeps_a_socket_file_that_is_no_longer_ours(base_path: str) -> None:
+    """Rank 0's socket path was taken over (removed and bound anew) while it ran: its
+    reset removes only the file it bound, so the newcomer's stays."""
+    path = base_path + "_0.sock"
+    with _pair(base_path, io_timeout=10.0) as (root, _peer):
+        os.unlink(path)
+        newcomer = _bound(path, listening=True)
+        root.reset()
+    with contextlib.closing(newcomer):
+        assert os.path.lexists(path)
