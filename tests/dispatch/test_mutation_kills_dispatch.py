@@ -515,6 +515,11 @@ def _engine_errors_rank(ctx: RankContext) -> dict[str, object]:
             error.bytes_done,
             error.bytes_total,
         ]
+        # a tensor without elements is left out of the collective, whatever its layout
+        data = torch.arange(3.0)
+        engine.broadcast([torch.zeros(0).to_sparse(), data], 0, None)
+        engine.sync_communication()
+        seen["empty_sparse"] = data.tolist()
         recorder = EngineRecorder()
         dispatcher = CpuBroadcastDispatcher(
             CpuTpBroadcaster(), engine, recorder=recorder, rank=0, owns_engine=False
@@ -559,8 +564,9 @@ def test_engine_errors_carry_every_field_and_sizes_count_every_tensor() -> None:
     with the engine's timeout, its store file is <dir>/pg.store and goes with close();
     an NCCL engine's create asks for NCCL; a tensor on the wrong device and a non-tensor are
     refused naming the rank and the phase; a broadcast that cannot start names its rank,
-    its root, 0 bytes done of all its tensors' bytes, and the cause's type; an empty
-    buffer next to a full one adds no byte to the collective; a dispatcher over an engine
+    its root, 0 bytes done of all its tensors' bytes, and the cause's type; a tensor
+    without elements stays out of the collective whatever its layout (sparse too); an
+    empty buffer next to a full one adds no byte to the collective; a dispatcher over an engine
     without a timeout bootstraps (tp_size 1: every field of the decision); the consensus
     works when torch's default device is not the CPU; an NCCL engine's device_sync really
     calls into CUDA (which, on a machine without it, raises)."""
@@ -575,6 +581,7 @@ def test_engine_errors_carry_every_field_and_sizes_count_every_tensor() -> None:
         "rank 0: in phase 'collective': tensor 0 is a bytes, not a torch.Tensor"
     )
     assert seen["start"] == [True, 0, 3, "collective", 0, 32]
+    assert seen["empty_sparse"] == [0.0, 1.0, 2.0]
     assert seen["create_refused"] == [
         [
             "rank 2: in phase 'engine-create': invalid process group rank 2 for world_size 2",
