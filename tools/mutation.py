@@ -26,6 +26,7 @@ layers still come from the editable install.
     python tools/mutation.py --rerun-survivors     # run the survivors again (after new tests)
     python tools/mutation.py --fresh               # forget every cached verdict first
     python tools/mutation.py --report-only         # rebuild reports/mutation/ from the cache
+    python tools/mutation.py --rejudge tests/reference/test_mutation_kills.py  # vs new tests
 
 Reports (``reports/mutation/``): ``summary.md`` (per module and total: mutants, killed,
 timeout, survived, no tests, suspicious, equivalent, both scores), ``survivors.md``
@@ -143,26 +144,26 @@ def build_stage(rev: str | None) -> None:
 # -- running ---------------------------------------------------------------------------
 
 
-def _mutmut(args: list[str], log: Path) -> int:
+def _mutmut(args: list[str], log: Path, stage: Path = STAGE) -> int:
     exe = Path(sys.executable).with_name("mutmut")
     argv = [str(exe) if exe.exists() else "mutmut", *args]
-    print("+", " ".join(argv), f"(cwd {STAGE}, log {log})", flush=True)
+    print("+", " ".join(argv), f"(cwd {stage}, log {log})", flush=True)
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     with log.open("a") as out:
         out.write(f"\n=== {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC: {' '.join(argv)}\n")
         out.flush()
         return subprocess.run(
-            argv, cwd=STAGE, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
+            argv, cwd=stage, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
         ).returncode
 
 
-def _meta_files() -> list[Path]:
-    return sorted((STAGE / "mutants" / PACKAGE).glob("*.py.meta"))
+def _meta_files(stage: Path = STAGE) -> list[Path]:
+    return sorted((stage / "mutants" / PACKAGE).glob("*.py.meta"))
 
 
-def _verdicts() -> dict[str, int | None]:
+def _verdicts(stage: Path = STAGE) -> dict[str, int | None]:
     codes: dict[str, int | None] = {}
-    for meta in _meta_files():
+    for meta in _meta_files(stage):
         codes.update(json.loads(meta.read_text())["exit_code_by_key"])
     return codes
 
@@ -270,6 +271,96 @@ def sample(modules: list[str], size: int, seed: int) -> list[str]:
         rng = random.Random(f"{seed}:{module}")  # noqa: S311 - a reproducible draw
         chosen += rng.sample(names, min(size, len(names)))
     return chosen
+
+
+# -- re-judging survivors with the tests added since ------------------------------------
+
+REJUDGE_STAGE = ROOT / ".mutation-rejudge"
+REJUDGED = STAGE / "rejudged.json"
+
+
+def rejudge(paths: list[str], rev: str, children: int, modules: list[str]) -> dict[str, Any]:
+    """Judge the untriaged survivors again, running only the tests in ``paths``.
+
+    A survivor of a run passed every test that covers it; its verdict against the whole
+    suite now depends only on the tests added since.  Running just those (in a second
+    stage whose ``[tool.mutmut]`` selects them) takes minutes where re-running each
+    survivor's whole covering set takes hours (``--module`` limits it further).  The
+    second stage holds the very source the first one measured, so mutmut names the same
+    mutants (each pair's diff is compared); a detected verdict is copied into the first
+    stage and listed in ``rejudged.json``, which the summary names.
+    """
+    verdicts = _verdicts()
+    undetected = [n for n, c in verdicts.items() if c is not None and _status(c) in UNDETECTED]
+    names = sorted(
+        n for n in set(undetected) - _triaged(undetected) if not modules or _module_of(n) in modules
+    )
+    files = _files_at(rev)
+    staged_source = {
+        str(p.relative_to(STAGE)): p.read_bytes()
+        for p in (STAGE / "tpbcast").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    at_rev = {f"tpbcast/{k}": v for k, v in files.items() if k.startswith("reference_impl/")}
+    at_rev = {k: v for k, v in at_rev.items() if k.endswith(".py")}
+    if staged_source != at_rev:
+        raise SystemExit(f"the staged reference is not the one at {rev}: run the full plan first")
+    shutil.rmtree(REJUDGE_STAGE, ignore_errors=True)
+    for name, data in files.items():
+        target = REJUDGE_STAGE / ("tpbcast/" + name if name.startswith("reference_impl/") else name)
+        _sync(target, data)
+    config = (REJUDGE_STAGE / "pyproject.toml").read_text()
+    selection = 'pytest_add_cli_args_test_selection = ["tests/reference", "tests/dispatch"]'
+    if selection not in config:
+        raise SystemExit(f"pyproject.toml at {rev} does not select the tests as expected")
+    config = config.replace(selection, f"pytest_add_cli_args_test_selection = {json.dumps(paths)}")
+    (REJUDGE_STAGE / "pyproject.toml").write_text(config)
+    _sync(REJUDGE_STAGE / PLUGIN.name, PLUGIN.read_bytes())
+    started, load_before = time.monotonic(), _loadavg()
+    code = 0
+    if names:  # without names, `mutmut run` would judge every mutant
+        code = _mutmut(
+            ["run", "--max-children", str(children), *names],
+            REJUDGE_STAGE / "mutmut.log",
+            stage=REJUDGE_STAGE,
+        )
+    again = _verdicts(REJUDGE_STAGE)
+    detected = [n for n in names if again.get(n) is not None and _status(again[n]) in DETECTED]
+    mismatched = [n for n in detected if _diff_in(REJUDGE_STAGE, n) != _diff_in(STAGE, n)]
+    if mismatched:
+        raise SystemExit(f"the two stages name different mutants: {mismatched[:5]}")
+    for meta in _meta_files():
+        data = json.loads(meta.read_text())
+        hits = [n for n in detected if n in data["exit_code_by_key"]]
+        for name in hits:
+            data["exit_code_by_key"][name] = again[name]
+        if hits:
+            meta.write_text(json.dumps(data, indent=4))
+    record = json.loads(REJUDGED.read_text()) if REJUDGED.exists() else {}
+    for name in detected:
+        record[name] = {"exit_code": again[name], "tests": paths, "commit": _git("rev-parse", rev)}
+    REJUDGED.write_text(json.dumps(record, indent=1, ensure_ascii=False))
+    return {
+        "finished": f"{datetime.now(UTC):%Y-%m-%d %H:%M}",
+        "seconds": time.monotonic() - started,
+        "mode": f"re-judge of {len(names)} untriaged survivors with only "
+        + ", ".join(paths)
+        + f" at {rev}: {len(detected)} detected",
+        "load_before": load_before,
+        "load_after": _loadavg(),
+        "mutmut_exit": code,
+    }
+
+
+def _diff_in(stage: Path, name: str) -> str:
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    old = Path.cwd()
+    os.chdir(stage)
+    try:
+        return str(get_diff_for_mutant(name))
+    finally:
+        os.chdir(old)
 
 
 # -- reporting -------------------------------------------------------------------------
@@ -441,6 +532,18 @@ def _run_line(info: dict[str, Any]) -> str:
     )
 
 
+def _rejudge_line() -> list[str]:
+    if not REJUDGED.exists():
+        return []
+    record = json.loads(REJUDGED.read_text())
+    tests = sorted({t for r in record.values() for t in r["tests"]})
+    return [
+        f"- {len(record)} verdicts (killed/timeout) come from re-judging survivors with only "
+        f"the tests added since ({', '.join(f'`{t}`' for t in tests)}; `--rejudge`): a "
+        "survivor had passed every other test that covers it"
+    ]
+
+
 def _sample_line(info: dict[str, Any], every_mutant_judged: bool) -> list[str]:
     if every_mutant_judged:
         return ["- every mutant has a verdict: no module is sampled"]
@@ -481,6 +584,7 @@ def _write_summary(
         f"- last run: {_run_line(info)}",
         *(f"- earlier run: {_run_line(run)}" for run in reversed(info.get("earlier", []))),
         *_sample_line(info, every_mutant_judged=not_checked == 0),
+        *_rejudge_line(),
         "",
         "## Formula",
         "",
@@ -741,12 +845,26 @@ def main() -> int:
         "--restat", action="store_true", help="map tests to functions again before running"
     )
     parser.add_argument("--fail-under", type=float, default=None, help="score after equivalents")
+    parser.add_argument(
+        "--rejudge",
+        action="append",
+        default=[],
+        metavar="TESTS",
+        help="judge the untriaged survivors again with only these test paths (repeatable)",
+    )
     opts = parser.parse_args()
     modules = [m.removesuffix(".py") for m in opts.module]
     if not (modules or opts.full or opts.report_only or opts.rerun_survivors):
         opts.pending, modules = True, list(ALL_MODULES)  # the measured plan
     info_path = STAGE / "run-info.json"
-    if opts.report_only:
+    if opts.rejudge:
+        earlier = json.loads(info_path.read_text()) if info_path.exists() else {}
+        before = _open_now()
+        step = rejudge(opts.rejudge, opts.rev, opts.max_children, modules)
+        record_kills(before, _git("rev-parse", opts.rev))
+        info = {**earlier, **step, "earlier": [*earlier.pop("earlier", []), earlier][-4:]}
+        info_path.write_text(json.dumps(info, indent=1))
+    elif opts.report_only:
         info = json.loads(info_path.read_text()) if info_path.exists() else {}
     else:
         earlier = json.loads(info_path.read_text()) if info_path.exists() else {}
