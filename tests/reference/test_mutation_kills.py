@@ -1713,3 +1713,52 @@ def test_rank_0_names_an_accept_that_fails_with_its_errno(base_path: str) -> Non
         "BroadcastError", 0, "accept", "EMFILE", f"accept failed: {os.strerror(errno.EMFILE)}",
         base_path + "_0.sock",
     )  # fmt: skip
+
+
+def _until_read(sock: socket.socket) -> None:
+    """Wait until the other end has read everything ``sock`` sent (SIOCOUTQ drops to 0)."""
+    import fcntl
+    import termios
+
+    deadline = time.monotonic() + 10.0
+    while int.from_bytes(fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, bytes(4)), "little"):
+        assert time.monotonic() < deadline, "the other end never read"
+        time.sleep(0.001)  # polling with a deadline: rank 0 reads when its poll wakes
+
+
+@pytest.mark.parametrize("hang_up", ["close", "reset"])
+def test_a_connection_that_hangs_up_mid_rank_is_named_with_its_bytes(
+    base_path: str, monkeypatch: pytest.MonkeyPatch, hang_up: str
+) -> None:
+    """Two bytes of the rank, read one at a time, then the connection ends (end of stream,
+    or ECONNRESET: it closed with a byte from rank 0's end unread): rank 0 names it with
+    the bytes it got."""
+    real = bootstrap_module._peer_credentials
+    accepted: list[socket.socket] = []
+
+    def capture(sock: socket.socket) -> tuple[int, int, int]:
+        accepted.append(sock)  # rank 0's end of the connection
+        return real(sock)
+
+    monkeypatch.setattr(bootstrap_module, "_peer_credentials", capture)
+
+    def truncated() -> None:
+        sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        with sock:
+            for byte in wire.pack_rank(1)[:2]:
+                wire.send_all(sock, bytes([byte]), wire.Deadline.after(5.0))
+                _until_read(sock)
+            if hang_up == "reset":
+                accepted[0].send(b"x")  # left unread: closing now resets the link
+
+    thread = _in_thread(truncated)
+    try:
+        err = _root_error(base_path, 3, init_timeout=10.0)
+    finally:
+        thread.join(10.0)
+    assert type(err) is HandshakeError
+    assert (err.rank, err.phase, err.path) == (0, "handshake", base_path + "_0.sock")
+    assert (err.bytes_done, err.bytes_total) == (2, 4) and err.elapsed is not None
+    assert err.reason == (
+        f"pid {os.getpid()} closed the connection after 2/4 bytes of its rank handshake"
+    )
