@@ -1762,3 +1762,46 @@ def test_a_connection_that_hangs_up_mid_rank_is_named_with_its_bytes(
     assert err.reason == (
         f"pid {os.getpid()} closed the connection after 2/4 bytes of its rank handshake"
     )
+
+
+class _UnreadableConnection:
+    """Rank 0's end of an accepted connection whose reads fail with ENOMEM."""
+
+    def __init__(self, real: socket.socket) -> None:
+        self._real = real
+
+    def recv_into(self, *args: object) -> int:
+        raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def test_a_failed_read_of_a_rank_announcement_is_named_with_its_errno(
+    base_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read error that is not a hang-up (here ENOMEM) fails rank 0's bootstrap with the
+    errno and the connection it read from, not as a peer closing."""
+    real = bootstrap_module._Pending
+    monkeypatch.setattr(
+        bootstrap_module, "_Pending", lambda conn, *rest: real(_UnreadableConnection(conn), *rest)
+    )
+    done = threading.Event()
+
+    def announcing() -> None:
+        sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        with sock:
+            wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(5.0))
+            done.wait(10.0)
+
+    thread = _in_thread(announcing)
+    try:
+        err = _root_error(base_path, 2, init_timeout=10.0)
+    finally:
+        done.set()
+        thread.join(10.0)
+    assert type(err) is BroadcastError
+    assert err.reason == os.strerror(errno.ENOMEM)
+    assert (err.rank, err.phase, err.path) == (0, "handshake", base_path + "_0.sock")
+    assert (err.bytes_done, err.bytes_total, err.errno_name) == (0, 4, "ENOMEM")
+    assert err.action == f"read from connection 1 (pid {os.getpid()})"
