@@ -1105,6 +1105,7 @@ def test_rank_0_lists_every_allowed_uid_when_it_refuses_one(base_path: str) -> N
     finally:
         thread.join(10.0)
     assert f": only uid(s) {base}, {base + 1} may join (" in str(info.value)
+    assert (info.value.rank, info.value.phase) == (0, "accept")
 
 
 # -- the broadcaster's own bookkeeping -------------------------------------------------------
@@ -1817,3 +1818,119 @@ def test_a_failed_read_of_a_rank_announcement_is_named_with_its_errno(
     assert (err.bytes_done, err.bytes_total) == (0, 4)
     assert err.errno_name == (errno_name(error.errno) if error.errno else None)
     assert err.action == f"read from connection 1 (pid {os.getpid()})"
+
+
+class _PollCounter:
+    """Stands in for the select module in _bootstrap: counts the pollers rank 0 makes
+    while it waits for its peers, and their polls."""
+
+    def __init__(self) -> None:
+        self.made = 0
+        self.polls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(select, name)
+
+    def poll(self) -> Any:
+        self.made += 1
+        real = select.poll()
+        counter = self
+
+        class _Poller:
+            def register(self, *args: Any) -> None:
+                real.register(*args)
+
+            def poll(self, timeout: int | None = None) -> list[tuple[int, int]]:
+                counter.polls += 1
+                return real.poll(timeout)
+
+        return _Poller()
+
+
+def test_rank_0_waiting_for_its_peers_sleeps_in_poll(
+    base_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One peer joined, one connection silent, the last rank never comes: rank 0 waits
+    for news of each (data, a hang-up, a new connection), never merely for room to write,
+    so it polls a handful of times in its 0.3 s, not in a loop."""
+    counter = _PollCounter()
+    monkeypatch.setattr(bootstrap_module, "select", counter)
+    done = threading.Event()
+
+    def joined_and_silent() -> None:
+        joined = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        wire.send_all(joined, wire.pack_rank(1), wire.Deadline.after(5.0))
+        silent = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        with joined, silent:
+            done.wait(10.0)
+
+    thread = _in_thread(joined_and_silent)
+    try:
+        err = _root_error(base_path, 3, init_timeout=0.3)
+    finally:
+        done.set()
+        thread.join(10.0)
+    assert isinstance(err, BroadcastTimeoutError)
+    assert counter.polls <= 20, f"{counter.polls} polls in 0.3 s"
+
+
+@pytest.mark.parametrize("init_timeout", [1e-9, 0.0008], ids=["passed", "under-1-ms"])
+def test_rank_0_does_not_poll_once_its_init_deadline_passed(
+    base_path: str, monkeypatch: pytest.MonkeyPatch, init_timeout: float
+) -> None:
+    """Alone and out of time, rank 0 fails without a poll of 0 ms; with under a
+    millisecond left it waits that millisecond in one poll instead of looping."""
+    counter = _PollCounter()
+    monkeypatch.setattr(bootstrap_module, "select", counter)
+    err = _root_error(base_path, 2, init_timeout=init_timeout)
+    assert isinstance(err, BroadcastTimeoutError)
+    if init_timeout < 1e-6:
+        assert counter.polls == 0
+    else:
+        assert counter.made <= 3, f"{counter.made} waits within {init_timeout} s"
+
+
+def test_a_rank_that_arrives_as_the_init_deadline_passes_still_joins(
+    base_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0's poll reports the last peer's rank just as the deadline passes (held here
+    until it has): what poll reported is still handled, so the group is complete."""
+    init_timeout = 0.3
+    started = time.monotonic()
+    real_poll = select.poll
+
+    class _LatePoller:
+        def __init__(self) -> None:
+            self._real = real_poll()
+            self._listener: int | None = None
+
+        def register(self, fd: int, *args: Any) -> None:
+            self._listener = fd if self._listener is None else self._listener
+            self._real.register(fd, *args)
+
+        def poll(self, timeout: int | None = None) -> list[tuple[int, int]]:
+            ready = self._real.poll(timeout)
+            if any(fd != self._listener for fd, _ in ready):  # a connection's data
+                while time.monotonic() < started + init_timeout + 0.05:
+                    time.sleep(0.001)  # polling with a deadline: let the deadline pass
+            return ready
+
+    proxy = _PollCounter()
+    monkeypatch.setattr(proxy, "poll", _LatePoller, raising=False)
+    monkeypatch.setattr(bootstrap_module, "select", proxy)
+    probe: list[bytes] = []
+
+    def last_peer() -> None:
+        sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+        with sock:
+            wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(5.0))
+            probe.append(wire.recv_exact(sock, 1, wire.Deadline.after(5.0)))
+
+    thread = _in_thread(last_peer)
+    bcast = CpuTpBroadcaster(BroadcasterConfig(init_timeout=init_timeout))
+    try:
+        bcast.initialize(0, 2, base_path)
+        thread.join(10.0)
+    finally:
+        bcast.reset()
+    assert probe == [bytes([wire.PROBE])]
