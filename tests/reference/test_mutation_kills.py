@@ -1118,7 +1118,9 @@ def test_every_broadcast_is_counted_whichever_path_it_takes(base_path: str) -> N
     try:
         alone.broadcast([bytearray(1), bytearray(2)])
         alone.broadcast([bytearray(1), bytearray(2)])
-        assert alone.statistics().broadcasts == 2
+        alone.broadcast(bytearray(1))  # the one-buffer path
+        alone.broadcast(bytearray(1))
+        assert alone.statistics().broadcasts == 4
     finally:
         alone.reset()
     with _pair(base_path, io_timeout=10.0) as (root, peer):
@@ -1130,6 +1132,7 @@ def test_every_broadcast_is_counted_whichever_path_it_takes(base_path: str) -> N
                     root.broadcast([b"ab", b"c"])
                 root.broadcast([bytearray(0)])
                 root.broadcast([b"", b"de"])
+                root.broadcast(b"fg")
             except BaseException as exc:
                 caught.append(exc)
 
@@ -1139,11 +1142,13 @@ def test_every_broadcast_is_counted_whichever_path_it_takes(base_path: str) -> N
         peer.broadcast([bytearray(0)])
         last = bytearray(2)
         peer.broadcast([bytearray(0), last])  # an empty buffer first: 0 bytes counted
+        flat = bytearray(2)
+        peer.broadcast(flat)
         thread.join(10.0)
-        assert not caught and last == b"de"
+        assert not caught and last == b"de" and flat == b"fg"
         sent, received = root.statistics(), peer.statistics()
-    assert (sent.broadcasts, sent.bytes_sent) == (4, 8)
-    assert (received.broadcasts, received.bytes_received) == (4, 8)
+    assert (sent.broadcasts, sent.bytes_sent) == (5, 10)
+    assert (received.broadcasts, received.bytes_received) == (5, 10)
 
 
 def test_several_buffers_to_a_peer_that_left_count_the_whole_transfer(base_path: str) -> None:
@@ -1934,3 +1939,57 @@ def test_a_rank_that_arrives_as_the_init_deadline_passes_still_joins(
     finally:
         bcast.reset()
     assert probe == [bytes([wire.PROBE])]
+
+
+def test_a_peer_of_an_abstract_group_counts_its_attempts_and_names_the_address(
+    base_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No rank 0 in the abstract namespace: the peer retries until its connect deadline
+    and says how many times it tried, naming the address as ss shows it (@name)."""
+    sleeps: list[float] = []
+    real_sleep = time.sleep
+
+    def counted_sleep(seconds: float) -> None:
+        sleeps.append(seconds)  # one between two attempts
+        real_sleep(seconds)
+
+    monkeypatch.setattr(bootstrap_module.time, "sleep", counted_sleep)
+    config = BroadcasterConfig(
+        connect_timeout=0.05, connect_retry_interval=0.01, abstract_namespace=True
+    )
+    with pytest.raises(BroadcastTimeoutError) as info:
+        CpuTpBroadcaster(config).initialize(1, 2, base_path)
+    err = info.value
+    assert err.path == "@" + base_path + "_0.sock"
+    assert len(sleeps) >= 1
+    assert f"rank 0 was not reachable after {len(sleeps) + 1} attempts within " in err.reason
+
+
+def test_a_peer_reset_before_the_probe_connects_again(base_path: str) -> None:
+    """Rank 0's socket accepts, lets our rank arrive unread and closes (the peer sees
+    ECONNRESET, nothing of the probe): a listener that never accepted us, so the peer
+    connects again while its connect deadline lasts."""
+    listener = wire.listen(base_path + "_0.sock", 4)
+    stop = threading.Event()
+    dropped: list[int] = []
+
+    def resetting_root() -> None:
+        while not stop.is_set():
+            if not select.select([listener], [], [], 0.05)[0]:
+                continue
+            conn, _ = listener.accept()
+            with conn:  # closed with the rank unread: the peer's read gets ECONNRESET
+                select.select([conn], [], [], 5.0)
+            dropped.append(1)
+
+    thread = _in_thread(resetting_root)
+    config = BroadcasterConfig(connect_timeout=0.3, connect_retry_interval=0.01)
+    try:
+        with pytest.raises(PeerClosedError) as info:
+            CpuTpBroadcaster(config).initialize(1, 2, base_path)
+    finally:
+        stop.set()
+        thread.join(10.0)
+        listener.close()
+    assert info.value.errno_name == "ECONNRESET" and info.value.phase == "probe"
+    assert len(dropped) >= 2  # connected again after the first reset
