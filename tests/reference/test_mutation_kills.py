@@ -1161,8 +1161,9 @@ def test_several_buffers_to_a_peer_that_left_count_the_whole_transfer(base_path:
     assert (err.rank, err.peer, err.bytes_done, err.bytes_total) == (0, 1, 0, 8)
 
 
+@pytest.mark.parametrize("several", [True, False], ids=["several-buffers", "one-buffer"])
 def test_a_peer_whose_link_was_closed_under_it_names_that_for_several_buffers(
-    base_path: str,
+    base_path: str, several: bool
 ) -> None:
     """The peer's wait for the first buffer polls its cached poller, which reports the
     closed fd (POLLNVAL): "closed under us", EBADF, nothing received of the 8 bytes."""
@@ -1171,7 +1172,7 @@ def test_a_peer_whose_link_was_closed_under_it_names_that_for_several_buffers(
         assert link is not None
         link.close()
         with pytest.raises(BroadcastError) as info:
-            peer.broadcast([bytearray(3), bytearray(5)])
+            peer.broadcast([bytearray(3), bytearray(5)] if several else bytearray(8))
     err = info.value
     assert type(err) is BroadcastError
     assert (err.rank, err.peer, err.errno_name, err.action) == (1, 0, "EBADF", "read from rank 0")
@@ -1993,3 +1994,9 @@ def test_a_peer_reset_before_the_probe_connects_again(base_path: str) -> None:
         listener.close()
     assert info.value.errno_name == "ECONNRESET" and info.value.phase == "probe"
     assert len(dropped) >= 2  # connected again after the first reset
+
+
+def test_a_world_size_that_is_not_an_int_is_refused_by_name() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        CpuTpBroadcaster().initialize(0, "2", "/tmp/unused")  # type: ignore[arg-type]
+    assert str(info.value) == "world_size must be an int, got '2' (type=str)"
