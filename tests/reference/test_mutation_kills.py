@@ -2000,3 +2000,55 @@ def test_a_world_size_that_is_not_an_int_is_refused_by_name() -> None:
     with pytest.raises(ConfigurationError) as info:
         CpuTpBroadcaster().initialize(0, "2", "/tmp/unused")  # type: ignore[arg-type]
     assert str(info.value) == "world_size must be an int, got '2' (type=str)"
+
+
+def test_a_peer_of_an_abstract_group_names_the_address_when_rank_0_hangs_up(
+    base_path: str,
+) -> None:
+    path = base_path + "_0.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(b"\0" + os.fsencode(path))
+    listener.listen(1)
+
+    def root() -> None:  # reads our rank, then closes without the probe
+        conn, _ = listener.accept()
+        with conn:
+            wire.recv_exact(conn, 4, wire.Deadline.after(10.0))
+
+    thread = _in_thread(root)
+    config = BroadcasterConfig(connect_timeout=5.0, init_timeout=5.0, abstract_namespace=True)
+    try:
+        with pytest.raises(PeerClosedError) as info:
+            CpuTpBroadcaster(config).initialize(1, 2, base_path)
+    finally:
+        thread.join(10.0)
+        listener.close()
+    assert (info.value.phase, info.value.path) == ("probe", "@" + path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a peer of another uid needs setuid (root)")
+def test_a_peer_of_another_user_is_told_why_it_cannot_connect(base_path: str) -> None:
+    """Rank 0's socket (in a 0700 directory of root) refuses a peer running as nobody:
+    EACCES at connect, a SecurityError that says what to fix."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(base_path + "_0.sock")
+    listener.listen(1)
+
+    def peer(ctx: RankContext) -> tuple[object, ...]:
+        os.setgid(65534)
+        os.setuid(65534)  # nobody
+        with pytest.raises(SecurityError) as info:
+            CpuTpBroadcaster(BroadcasterConfig(connect_timeout=5.0)).initialize(1, 2, base_path)
+        err = info.value
+        return (err.phase, err.errno_name, err.reason)
+
+    try:
+        (seen,) = run_ranks(peer, 1, timeout=30.0).values()
+    finally:
+        listener.close()
+    assert seen == (
+        "connect",
+        "EACCES",
+        "permission denied connecting to rank 0's socket; it or its directory belongs to "
+        "another user. Fix this and try again (same user, or a path you own).",
+    )
