@@ -2052,3 +2052,13 @@ def test_a_peer_of_another_user_is_told_why_it_cannot_connect(base_path: str) ->
         "permission denied connecting to rank 0's socket; it or its directory belongs to "
         "another user. Fix this and try again (same user, or a path you own).",
     )
+
+
+def test_a_world_of_one_listens_nowhere(base_path: str) -> None:
+    """Rank 0 alone has no peer to wait for: no socket file, nothing to connect to."""
+    bcast = _world_of_one(base_path)
+    try:
+        assert not os.path.lexists(base_path + "_0.sock")
+        bcast.broadcast(bytearray(1))
+    finally:
+        bcast.reset()
