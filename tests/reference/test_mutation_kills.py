@@ -2062,3 +2062,42 @@ def test_a_world_of_one_listens_nowhere(base_path: str) -> None:
         bcast.broadcast(bytearray(1))
     finally:
         bcast.reset()
+
+
+def test_rank_0_that_cannot_open_its_abort_pipe_leaves_no_socket_file(
+    base_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_pipe(links: Any) -> None:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    monkeypatch.setattr(bootstrap_module.Links, "open_abort_pipe", no_pipe)
+
+    def peer() -> None:
+        with contextlib.suppress(OSError, TimeoutError):
+            sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
+            with sock:
+                wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(5.0))
+                wire.recv_exact(sock, 1, wire.Deadline.after(5.0))
+
+    thread = _in_thread(peer)
+    with pytest.raises(OSError, match="Too many open files"):
+        CpuTpBroadcaster(BroadcasterConfig(init_timeout=10.0)).initialize(0, 2, base_path)
+    thread.join(10.0)
+    assert not os.path.lexists(base_path + "_0.sock")
+
+
+def test_broadcast_errors_of_an_abstract_group_name_the_at_address(base_path: str) -> None:
+    config = BroadcasterConfig(init_timeout=10.0, io_timeout=10.0, abstract_namespace=True)
+    root, peer = CpuTpBroadcaster(config), CpuTpBroadcaster(config)
+    thread = _in_thread(lambda: root.initialize(0, 2, base_path))
+    try:
+        peer.initialize(1, 2, base_path)
+        thread.join(10.0)
+        peer.reset()
+        with pytest.raises(PeerClosedError) as info:
+            for _ in range(8):  # the first write may still fit the socket buffer
+                root.broadcast(bytearray(1 << 20))
+    finally:
+        peer.reset()
+        root.reset()
+    assert info.value.path == "@" + base_path + "_0.sock"
