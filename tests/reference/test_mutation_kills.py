@@ -2101,3 +2101,21 @@ def test_broadcast_errors_of_an_abstract_group_name_the_at_address(base_path: st
         peer.reset()
         root.reset()
     assert info.value.path == "@" + base_path + "_0.sock"
+
+
+def test_rank_0_of_an_abstract_group_refuses_a_name_in_use(base_path: str) -> None:
+    holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    holder.bind(b"\0" + os.fsencode(base_path + "_0.sock"))
+    config = BroadcasterConfig(init_timeout=5.0, abstract_namespace=True)
+    try:
+        with pytest.raises(SecurityError) as info:
+            CpuTpBroadcaster(config).initialize(0, 2, base_path)
+    finally:
+        holder.close()
+    err = info.value
+    assert (err.phase, err.errno_name, err.path) == (
+        "bind",
+        "EADDRINUSE",
+        "@" + base_path + "_0.sock",
+    )
+    assert err.reason.startswith("another process holds this socket name")
