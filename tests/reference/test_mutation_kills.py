@@ -2118,4 +2118,4 @@ def test_rank_0_of_an_abstract_group_refuses_a_name_in_use(base_path: str) -> No
         "EADDRINUSE",
         "@" + base_path + "_0.sock",
     )
-    assert err.reason.startswith("another process holds this socket name")
+    assert err.reason.startswith("another process holds this socket name") and err.rank == 0
