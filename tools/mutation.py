@@ -608,7 +608,7 @@ def _write_summary(
         "",
         *(
             []
-            if not_checked == 0
+            if not_checked == 0 or not (info.get("sample") or {}).get("sizes")
             else [
                 "A module whose `judged` column is not `all` was measured on a random sample",
                 "of its mutants (seed and size in the run line above); its scores estimate the",
@@ -807,7 +807,8 @@ def run(opts: argparse.Namespace, modules: list[str]) -> dict[str, Any]:
         "load_before": load_before,
         "load_after": _loadavg(),
         "mutmut_exit": code,
-        "sample": dict(zip(("sizes", "seed"), _sample_sizes(), strict=True)),
+        # A full run draws no sample: every mutant is in scope.
+        "sample": {} if opts.full else dict(zip(("sizes", "seed"), _sample_sizes(), strict=True)),
     }
 
 
