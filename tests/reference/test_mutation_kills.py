@@ -581,9 +581,9 @@ def test_an_empty_two_dimensional_buffer_is_received_next_to_a_full_one(base_pat
     assert not caught and received == b"ab"
 
 
-def test_rank_0_names_a_refused_uid_and_the_setting_that_widens_it(base_path: str) -> None:
-    other = os.geteuid() + 4242
-    config = BroadcasterConfig(require_same_uid=False, allowed_uids=(other,), init_timeout=5.0)
+def _uid_refusal(base_path: str, allowed_uids: tuple[int, ...]) -> SecurityError:
+    """Rank 0 allows only ``allowed_uids`` (not ours); a peer of ours connects: the refusal."""
+    config = BroadcasterConfig(require_same_uid=False, allowed_uids=allowed_uids, init_timeout=5.0)
 
     def peer() -> None:
         with contextlib.suppress(OSError):
@@ -596,10 +596,15 @@ def test_rank_0_names_a_refused_uid_and_the_setting_that_widens_it(base_path: st
             CpuTpBroadcaster(config).initialize(0, 2, base_path)
     finally:
         thread.join(10.0)
+    return info.value
+
+
+def test_rank_0_names_a_refused_uid_and_the_setting_that_widens_it(base_path: str) -> None:
+    other = os.geteuid() + 4242
     assert (
         f"rejected a connection from pid {os.getpid()} uid {os.geteuid()}: only uid(s) "
         f"{other} may join (BroadcasterConfig.allowed_uids widens this)"
-    ) in str(info.value)
+    ) in str(_uid_refusal(base_path, (other,)))
 
 
 def test_the_pending_connection_cap_lists_every_waiting_connection(base_path: str) -> None:
@@ -1092,23 +1097,9 @@ def test_a_joined_peer_whose_link_resets_is_named_with_the_errno(
 
 def test_rank_0_lists_every_allowed_uid_when_it_refuses_one(base_path: str) -> None:
     base = os.geteuid() + 4242
-    config = BroadcasterConfig(
-        require_same_uid=False, allowed_uids=(base + 1, base), init_timeout=5.0
-    )
-
-    def peer() -> None:
-        with contextlib.suppress(OSError):
-            sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
-            sock.close()
-
-    thread = _in_thread(peer)
-    try:
-        with pytest.raises(SecurityError) as info:
-            CpuTpBroadcaster(config).initialize(0, 2, base_path)
-    finally:
-        thread.join(10.0)
-    assert f": only uid(s) {base}, {base + 1} may join (" in str(info.value)
-    assert (info.value.rank, info.value.phase) == (0, "accept")
+    err = _uid_refusal(base_path, (base + 1, base))
+    assert f": only uid(s) {base}, {base + 1} may join (" in str(err)
+    assert (err.rank, err.phase) == (0, "accept")
 
 
 # -- the broadcaster's own bookkeeping -------------------------------------------------------

@@ -115,6 +115,18 @@ def _recv_all(sock: socket.socket, size: int) -> bytes:
     return bytes(got)
 
 
+@contextlib.contextmanager
+def _abort_requested() -> Iterator[int]:
+    """The read end of an abort pipe that already holds a byte: reset() asked to stop."""
+    r, w = os.pipe()
+    try:
+        os.write(w, b"!")
+        yield r
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 def _where(err: BroadcastError) -> tuple[Any, ...]:
     return (err.rank, err.peer, err.phase, err.path, err.action)
 
@@ -171,14 +183,8 @@ def test_the_abort_pipe_stops_a_send_waiting_for_room_without_a_caller_poller(
     already requested ends the wait at once (ECANCELED), not at the deadline."""
     a, _b = pair
     _fill(a)
-    r, w = os.pipe()
-    try:
-        os.write(w, b"!")
-        with pytest.raises(BroadcastError) as info:
-            send_all(a, b"x" * 10, Deadline(3.0), SITE, offset=5, total=100, abort_fd=r)
-    finally:
-        os.close(r)
-        os.close(w)
+    with _abort_requested() as r, pytest.raises(BroadcastError) as info:
+        send_all(a, b"x" * 10, Deadline(3.0), SITE, offset=5, total=100, abort_fd=r)
     err = info.value
     assert type(err) is BroadcastError
     assert err.reason == "aborted: reset() was called from another thread during the transfer"
@@ -350,14 +356,8 @@ def test_the_abort_pipe_stops_a_read_without_a_caller_poller(
     """recv_exact without a poller builds its own, with the abort pipe in it: an abort
     already requested ends the wait for data at once (ECANCELED), not at the deadline."""
     a, _b = pair
-    r, w = os.pipe()
-    try:
-        os.write(w, b"!")
-        with pytest.raises(BroadcastError) as info:
-            recv_exact(a, bytearray(8), Deadline(3.0), READER, offset=5, total=100, abort_fd=r)
-    finally:
-        os.close(r)
-        os.close(w)
+    with _abort_requested() as r, pytest.raises(BroadcastError) as info:
+        recv_exact(a, bytearray(8), Deadline(3.0), READER, offset=5, total=100, abort_fd=r)
     err = info.value
     assert type(err) is BroadcastError
     assert err.reason == "aborted: reset() was called from another thread during the transfer"
@@ -414,17 +414,11 @@ def test_a_reader_that_waits_first_stops_on_an_abort_without_reading(
     pair: tuple[_ShimSocket, socket.socket],
 ) -> None:
     a, _b = pair
-    r, w = os.pipe()
-    try:
-        os.write(w, b"!")
-        with pytest.raises(BroadcastError) as info:
-            recv_exact(
-                a, bytearray(8), Deadline(3.0), READER, offset=5, total=100, abort_fd=r,
-                wait_first=True,
-            )  # fmt: skip
-    finally:
-        os.close(r)
-        os.close(w)
+    with _abort_requested() as r, pytest.raises(BroadcastError) as info:
+        recv_exact(
+            a, bytearray(8), Deadline(3.0), READER, offset=5, total=100, abort_fd=r,
+            wait_first=True,
+        )  # fmt: skip
     err = info.value
     assert (type(err), err.errno_name, a.calls["recv_into"]) == (BroadcastError, "ECANCELED", 0)
     assert _where(err) == _READING
