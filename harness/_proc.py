@@ -18,7 +18,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable
 from functools import cache
 from types import FrameType, TracebackType
 from typing import Any
@@ -30,8 +31,8 @@ __all__ = [
     "DeferredSignals",
     "describe_fd",
     "devnull_fd",
+    "fork_holding_signals",
     "group_alive",
-    "held_signals",
     "killpg_quiet",
     "list_group_members",
     "open_fds",
@@ -92,24 +93,37 @@ def _asynchronous_signals() -> frozenset[int]:
     return frozenset(int(s) for s in signal.valid_signals()) - _SYNCHRONOUS
 
 
-@contextlib.contextmanager
-def held_signals() -> Iterator[None]:
-    """Block every asynchronous signal in this thread for the ``with`` block (a fork).
+def fork_holding_signals() -> int:
+    """``os.fork()`` with every asynchronous signal blocked in this thread.
 
-    A child forked inside the block is born with them blocked, so a signal sent to it
-    microseconds after fork (the runner's SIGUSR1 "dump your stack", a SIGTERM, a
-    test's SIGINT) stays pending until the rank has installed its handlers and restores
-    the parent's mask itself; it is not acted on by a disposition the rank is about to
-    replace (SIGUSR1's default action kills). The parent's mask comes back at once.
+    The child is born with them blocked and returns 0 with them still blocked, so a
+    signal sent to it microseconds after fork (the runner's SIGUSR1 "dump your stack", a
+    SIGTERM, a test's SIGINT) stays pending until the rank has installed its handlers
+    and restores the parent's mask itself; it is not acted on by a disposition the rank
+    is about to replace (SIGUSR1's default action kills). The parent gets its mask back
+    at once.
+
+    Plain calls, no context manager and no ``signal`` wrapper: every page this (large)
+    process writes while a rank is alive is a copy-on-write fault, and the generator
+    machinery of a ``with`` block, or the public wrapper's Signals enum sets, touched
+    ~100 of them per fork.
     """
-    # _signal, not signal: the public wrapper turns both masks into sets of Signals enum
-    # members, which touches ~100 pages per fork; after the first rank's fork each of them
-    # is a copy-on-write fault in this (large) process.
     old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _asynchronous_signals())
     try:
-        yield
-    finally:
+        if sys.version_info >= (3, 12):  # pragma: no cover - 3.11 in CI
+            with warnings.catch_warnings():
+                # 3.12 warns about fork in a threaded process; the ranks never touch the
+                # other threads' state (see _forksafety for the one hazard that matters).
+                warnings.filterwarnings("ignore", category=DeprecationWarning)
+                pid = os.fork()
+        else:
+            pid = os.fork()
+    except BaseException:
         _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+        raise
+    if pid:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+    return pid
 
 
 def set_pdeathsig(sig: int) -> None:

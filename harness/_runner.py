@@ -25,7 +25,6 @@ import os
 import signal
 import sys
 import time
-import warnings
 from collections.abc import Callable, Mapping
 
 from ._channel import RecordWriter, read_records
@@ -36,8 +35,8 @@ from ._mesh import Mesh
 from ._outcome import GroupResult
 from ._proc import (
     DeferredSignals,
+    fork_holding_signals,
     group_alive,
-    held_signals,
     killpg_quiet,
     list_group_members,
     preload,
@@ -139,21 +138,15 @@ def _fork(
     target: Callable[..., object],
     args: tuple[object, ...],
 ) -> int:
-    with held_signals():  # the child restores spec.signal_mask once its handlers exist
-        if sys.version_info >= (3, 12):  # pragma: no cover - 3.11 in CI
-            with warnings.catch_warnings():
-                # Python 3.12 warns about fork in a threaded process; the ranks never touch
-                # the other threads' state (see _forksafety for the one hazard that matters).
-                warnings.filterwarnings("ignore", category=DeprecationWarning)
-                pid = os.fork()
-        else:
-            pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child side is measured by the rank's coverage
-            rank_main(spec, ctx, writer, target, args)
+    pid = fork_holding_signals()  # the child restores spec.signal_mask once its handlers exist
+    if pid == 0:  # pragma: no cover - the child side is measured by the rank's coverage
+        rank_main(spec, ctx, writer, target, args)
     # Also done by the child; whoever runs first wins the race. OSError: the child already
     # did it or is gone.
-    with contextlib.suppress(OSError):
+    try:  # noqa: SIM105 - contextlib.suppress costs copy-on-write faults here
         os.setpgid(pid, pid)
+    except OSError:
+        pass
     return pid
 
 
@@ -324,11 +317,16 @@ def run_ranks(
 
 
 def _close_capture(capture: list[CaptureFds]) -> None:
-    """The parent's copies of the ranks' capture fds (idempotent: empties the list)."""
+    """The parent's copies of the ranks' capture fds (idempotent: empties the list).
+
+    Runs while the ranks are alive, where each page written is a copy-on-write fault:
+    hence try/except, not a ``contextlib.suppress`` object per fd."""
     for fds in capture:
         for fd in fds:
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105
                 os.close(fd)
+            except OSError:
+                pass
     capture.clear()
 
 
