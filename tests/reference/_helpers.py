@@ -13,12 +13,13 @@ import os
 import random
 import select
 import socket
+import time
 from typing import Any
 
 import pytest
 
 from tpbcast.harness import wire
-from tpbcast.reference_impl import BroadcasterConfig
+from tpbcast.reference_impl import BroadcasterConfig, CpuTpBroadcaster
 
 #: ``run_ranks`` keywords of the reference self-tests' groups: one 20 s deadline, and
 #: once a process failed the others get 10 s more (they usually learn of the failure
@@ -104,3 +105,12 @@ class Event:
     def close(self) -> None:
         os.close(self.r)
         os.close(self.w)
+
+
+def when_broadcasting(bcast: CpuTpBroadcaster, timeout: float = 10.0) -> None:
+    """Wait until another thread is inside ``bcast.broadcast`` (white-box: nothing public
+    says so), polling with a deadline while that thread enters the call."""
+    deadline = time.monotonic() + timeout
+    while bcast._busy != "broadcast":
+        assert time.monotonic() < deadline, "the broadcast never started"
+        time.sleep(0.001)

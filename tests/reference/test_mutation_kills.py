@@ -54,7 +54,7 @@ from tpbcast.reference_impl._errors import errno_name
 from tpbcast.reference_impl._paths import ensure_private_dir, prepare_socket_path
 from tpbcast.reference_impl.conformance_adapter import make
 
-from ._helpers import needs_torch
+from ._helpers import needs_torch, when_broadcasting
 
 # A base path whose socket path (<base>_0.sock) is 108 bytes: one over sun_path.
 _TOO_LONG = "/tmp/" + "p" * (107 - len("/tmp/") - len("_0.sock") + 1)
@@ -414,14 +414,6 @@ def _pair(base: str, io_timeout: float) -> Iterator[tuple[CpuTpBroadcaster, CpuT
         root.reset()
 
 
-def _when_broadcasting(bcast: CpuTpBroadcaster, timeout: float = 10.0) -> None:
-    """Wait until ``bcast`` is inside ``broadcast`` (white-box, as test_state.py does)."""
-    deadline = time.monotonic() + timeout
-    while bcast._busy != "broadcast":
-        assert time.monotonic() < deadline, "the broadcast never started"
-        time.sleep(0.001)  # polling with a deadline: the other thread is entering the call
-
-
 def test_a_multi_buffer_receive_deadline_counts_the_whole_transfer(base_path: str) -> None:
     with (
         _pair(base_path, io_timeout=0.3) as (_root, peer),  # rank 0 never sends
@@ -451,7 +443,7 @@ def test_reset_from_another_thread_stops_a_multi_buffer_transfer(base_path: str,
                 caught.append(exc)
 
         thread = _in_thread(transfer)
-        _when_broadcasting(me)
+        when_broadcasting(me)
         started = time.monotonic()
         me.reset()
         took = time.monotonic() - started
@@ -787,7 +779,7 @@ def test_an_overlapping_call_is_refused_naming_both_calls(base_path: str) -> Non
                 caught.append(exc)
 
         thread = _in_thread(receive)
-        _when_broadcasting(peer)
+        when_broadcasting(peer)
         with pytest.raises(BroadcastError) as info:
             peer.broadcast(bytearray(4))
         peer.reset()  # aborts the waiting receive
@@ -1504,42 +1496,6 @@ def test_a_broadcaster_inherited_across_fork_can_start_over_alone(base_path: str
         return inherited.statistics().broadcasts
 
     assert run_ranks(rank_main, 1, timeout=30.0).values() == [2]
-
-
-def test_reset_from_another_thread_works_when_the_abort_pipe_is_fd_0(base_path: str) -> None:
-    """A process without stdin (a daemon) gets its abort pipe's read end at fd 0: reset()
-    from another thread still stops the broadcast at once."""
-
-    def rank_main(ctx: RankContext) -> str | None:
-        real = bootstrap_module.Links.open_abort_pipe
-        freed: list[int] = []
-
-        def open_at_fd_0(links: Any) -> None:
-            if not freed:  # once: the first broadcaster to open its pipe gets fd 0
-                os.close(0)
-                freed.append(0)
-            real(links)
-
-        bootstrap_module.Links.open_abort_pipe = open_at_fd_0  # type: ignore[method-assign]
-        with _pair(base_path, io_timeout=30.0) as (root, peer):
-            me = root if root._links.abort_r == 0 else peer
-            assert me._links.abort_r == 0
-            caught: list[BaseException] = []
-
-            def transfer() -> None:
-                try:
-                    me.broadcast([bytearray(4 << 20), bytearray(1)])  # never completes
-                except BaseException as exc:
-                    caught.append(exc)
-
-            thread = _in_thread(transfer)
-            _when_broadcasting(me)
-            me.reset()
-            thread.join(15.0)
-        (err,) = caught
-        return err.errno_name
-
-    assert run_ranks(rank_main, 1, timeout=60.0).values() == ["ECANCELED"]
 
 
 def test_a_peer_cannot_receive_into_bytes_and_is_told_what_to_pass(base_path: str) -> None:

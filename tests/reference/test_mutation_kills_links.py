@@ -29,6 +29,8 @@ from tpbcast.reference_impl import (
     CpuTpBroadcaster,
 )
 
+from ._helpers import when_broadcasting
+
 _CONFIG = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0, io_timeout=10.0)
 
 
@@ -145,6 +147,39 @@ def test_reset_closes_an_abort_pipe_at_fd_0(base_path: str) -> None:
         return at_0.split(":")[0], still_open
 
     assert run_ranks(rank_main, 1, timeout=30.0).values() == [("pipe", False)]
+
+
+def test_reset_from_another_thread_stops_a_broadcast_whose_abort_pipe_is_fd_0(
+    base_path: str,
+) -> None:
+    """With the abort pipe's read end at fd 0 (as above), a broadcast waiting for rank 0's
+    bytes still watches it: reset() from another thread ends the broadcast at once with
+    ECANCELED, not after its 10 s io_timeout with ETIMEDOUT.  The pipe is placed at fd 0
+    without patching the reference, so the test also runs in mutmut's stats pass (where
+    patching open_abort_pipe failed: the pass's own hit file took fd 0 first).
+
+    Kills _Route.build 4 and 5 ('abort_r > 0' / '>= 1': no abort fd for the broadcast)."""
+
+    def rank_main(ctx: RankContext) -> tuple[str, str]:
+        caught: list[BaseException] = []
+        with _peer_of_a_wire_root(base_path, before_probe=lambda: os.close(0)) as peer:
+            at_0 = os.readlink("/proc/self/fd/0").split(":")[0]
+
+            def receive() -> None:
+                try:
+                    peer.broadcast(bytearray(8))  # rank 0 never sends
+                except BaseException as exc:
+                    caught.append(exc)
+
+            thread = threading.Thread(target=receive, daemon=True)
+            thread.start()
+            when_broadcasting(peer)
+            peer.reset()
+            thread.join(20.0)
+        (err,) = caught
+        return at_0, getattr(err, "errno_name", repr(err))
+
+    assert run_ranks(rank_main, 1, timeout=60.0).values() == [("pipe", "ECANCELED")]
 
 
 def test_reset_completes_when_the_abort_pipe_was_closed_under_it(base_path: str) -> None:

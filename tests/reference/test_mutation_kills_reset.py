@@ -29,6 +29,8 @@ from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import BroadcasterConfig, BroadcastError, CpuTpBroadcaster, instance
 from tpbcast.reference_impl import _broadcaster as broadcaster_module
 
+from ._helpers import when_broadcasting
+
 _WAIT = 10.0  # how long any step of these tests waits for another thread
 
 
@@ -59,14 +61,6 @@ def _pair(base: str) -> Iterator[CpuTpBroadcaster]:
         root.reset()
 
 
-def _when_broadcasting(bcast: CpuTpBroadcaster) -> None:
-    """Wait until ``bcast`` is inside ``broadcast`` (white-box, as test_state.py does)."""
-    deadline = time.monotonic() + _WAIT
-    while bcast._busy != "broadcast":
-        assert time.monotonic() < deadline, "the broadcast never started"
-        time.sleep(0.001)  # polling with a deadline: the main thread is entering the call
-
-
 def _in_a_handler_during_broadcast(peer: CpuTpBroadcaster, body: Callable[[], None]) -> None:
     """Run ``body`` in a SIGUSR1 handler of this (the main) thread while ``peer.broadcast``
     waits for rank 0's bytes; the handler then raises, which ends the broadcast."""
@@ -77,7 +71,7 @@ def _in_a_handler_during_broadcast(peer: CpuTpBroadcaster, body: Callable[[], No
         raise _StopError
 
     def signaller() -> None:
-        _when_broadcasting(peer)
+        when_broadcasting(peer, _WAIT)
         signal.pthread_kill(main, signal.SIGUSR1)
 
     old = signal.signal(signal.SIGUSR1, handler)
