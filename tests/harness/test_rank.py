@@ -4,6 +4,7 @@ group, stdin closed off, output captured at the fd level."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import select
 import shutil
@@ -241,6 +242,28 @@ def test_c_level_output_is_captured():
 
     o = run_ranks(target, 1, timeout=T).outcomes[0]
     assert "from C printf" in o.stdout and "via buffer" in o.stdout
+
+
+def test_a_rank_does_not_flush_the_parents_buffered_stream(monkeypatch):
+    """The parent's ``sys.__stdout__`` may hold buffered text when the ranks fork (the
+    runner flushes ``sys.stdout``/``sys.stderr``, which pytest replaced). A rank replaces
+    the streams but must keep the parent's objects alive: deallocating one flushes its
+    buffer into fd 1, the rank's own capture, where the parent's text would pass for the
+    rank's output."""
+    # Referenced by sys.__stdout__ only (monkeypatch keeps the OLD value), as the real one
+    # is once pytest replaced sys.stdout: replacing it in the rank drops the last reference.
+    monkeypatch.setattr(
+        sys,
+        "__stdout__",
+        io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), write_through=False),
+    )
+    sys.__stdout__.write("the parent's buffered text\n")
+
+    def target(ctx):
+        print("the rank's own text")
+
+    o = run_ranks(target, 1, timeout=T).outcomes[0]
+    assert o.stdout == "the rank's own text\n", o.stdout
 
 
 def test_nested_groups_inside_a_rank():
