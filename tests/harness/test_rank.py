@@ -248,22 +248,27 @@ def test_a_rank_does_not_flush_the_parents_buffered_stream(monkeypatch):
     """The parent's ``sys.__stdout__`` may hold buffered text when the ranks fork (the
     runner flushes ``sys.stdout``/``sys.stderr``, which pytest replaced). A rank replaces
     the streams but must keep the parent's objects alive: deallocating one flushes its
-    buffer into fd 1, the rank's own capture, where the parent's text would pass for the
-    rank's output."""
+    buffer in the rank, so the parent's text is written a second time (into fd 1, the
+    rank's own capture, for the real ``sys.__stdout__``). Here the stream writes to a
+    pipe, so every write of it can be counted."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
     # Referenced by sys.__stdout__ only (monkeypatch keeps the OLD value), as the real one
     # is once pytest replaced sys.stdout: replacing it in the rank drops the last reference.
     monkeypatch.setattr(
-        sys,
-        "__stdout__",
-        io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), write_through=False),
+        sys, "__stdout__", io.TextIOWrapper(io.BufferedWriter(io.FileIO(w, "w", closefd=False)))
     )
     sys.__stdout__.write("the parent's buffered text\n")
-
-    def target(ctx):
-        print("the rank's own text")
-
-    o = run_ranks(target, 1, timeout=T).outcomes[0]
-    assert o.stdout == "the rank's own text\n", o.stdout
+    try:
+        result = run_ranks(lambda ctx: None, 1, timeout=T)
+        with contextlib.suppress(BlockingIOError):
+            assert os.read(r, 4096) == b"", "the rank wrote the parent's buffered text"
+        sys.__stdout__.flush()  # the fault was real: the text was still in the buffer
+        assert os.read(r, 4096) == b"the parent's buffered text\n"
+        assert result.ok, result.report()
+    finally:
+        os.close(r)
+        os.close(w)
 
 
 def test_nested_groups_inside_a_rank():
