@@ -94,10 +94,10 @@ def test_a_retry_out_of_file_descriptors_names_the_failed_accept(base_path: str)
     """Rank 0 times out once (no peer), then retries with the process at its fd limit:
     the listener takes the last fd and accept fails at once with EMFILE.  The error is a
     BroadcastError of rank 0 in phase 'accept', naming the path, the errno name and the
-    reason.  (test_mutation_kills.py checks the same without the first try; there the
-    accept path first runs with no fd to spare, so the forked rank's coverage hit is lost
-    -- tools/mutmut_fork_stats.py writes each hit to a file -- and mutmut never ran that
-    test against these mutants.)
+    reason.  (Why the first try: a rank whose accept path first runs with no fd to
+    spare loses its coverage hit -- tools/mutmut_fork_stats.py writes each hit to a
+    file -- so mutmut would never run the test against these mutants.  An older test
+    without it, in test_mutation_kills.py, had that blind spot; this one replaces it.)
 
     Kills _Handshakes._accept_ready 3 (no class), 4 (no reason), 5/9/11 (phase None,
     dropped, renamed), 6/10 (errno None, dropped), 7/8 (class or reason dropped)."""
