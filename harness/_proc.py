@@ -93,21 +93,28 @@ def _asynchronous_signals() -> frozenset[int]:
     return frozenset(int(s) for s in signal.valid_signals()) - _SYNCHRONOUS
 
 
-def fork_holding_signals() -> int:
-    """``os.fork()`` with every asynchronous signal blocked in this thread.
+def fork_holding_signals(child: Callable[[], object], *, exit_code: int) -> int:
+    """``os.fork()`` with every asynchronous signal blocked in this thread; the child runs
+    ``child()`` and never returns from here.
 
-    The child is born with them blocked and returns 0 with them still blocked, so a
-    signal sent to it microseconds after fork (the runner's SIGUSR1 "dump your stack", a
-    SIGTERM, a test's SIGINT) stays pending until the rank has installed its handlers
-    and restores the parent's mask itself; it is not acted on by a disposition the rank
-    is about to replace (SIGUSR1's default action kills). The parent gets its mask back
-    at once.
+    The child is born with the signals blocked and ``child`` runs with them still
+    blocked, so a signal sent to it microseconds after fork (the runner's SIGUSR1 "dump
+    your stack", a SIGTERM, a test's SIGINT) stays pending until the rank has installed
+    its handlers and restores the parent's mask itself; it is not acted on by a
+    disposition the rank is about to replace (SIGUSR1's default action kills). The parent
+    gets its mask back at once.
+
+    Whatever happens in the child -- ``child`` returning, or an exception raised right
+    after the fork (a Python handler for a signal that reached the parent just before it
+    runs in the child too) -- ends in ``os._exit(exit_code)``: a forked rank must never
+    unwind into the caller's code (pytest would go on running tests in two processes).
 
     Plain calls, no context manager and no ``signal`` wrapper: every page this (large)
     process writes while a rank is alive is a copy-on-write fault, and the generator
     machinery of a ``with`` block, or the public wrapper's Signals enum sets, touched
     ~100 of them per fork.
     """
+    parent, pid = os.getpid(), -1
     old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _asynchronous_signals())
     try:
         if sys.version_info >= (3, 12):  # pragma: no cover - 3.11 in CI
@@ -118,11 +125,21 @@ def fork_holding_signals() -> int:
                 pid = os.fork()
         else:
             pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child side is measured by the rank's coverage
+            child()
     except BaseException:
+        if os.getpid() != parent:  # pragma: no cover - in the child (see above)
+            os._exit(exit_code)
         _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+        if pid > 0:  # forked, but the caller will never learn the pid: take it back now
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
         raise
-    if pid:
-        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+    if pid == 0:  # pragma: no cover - child() returned (it should have called os._exit)
+        os._exit(exit_code)
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
     return pid
 
 

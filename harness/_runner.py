@@ -41,7 +41,7 @@ from ._proc import (
     list_group_members,
     preload,
 )
-from ._rank import RankSpec, make_context, rank_main
+from ._rank import EXIT_BOOTSTRAP, RankSpec, make_context, rank_main
 from ._reaper import Reaper
 from ._verdict import RankState, failed, judge
 from ._workdir import CaptureFds, Workdir
@@ -138,9 +138,11 @@ def _fork(
     target: Callable[..., object],
     args: tuple[object, ...],
 ) -> int:
-    pid = fork_holding_signals()  # the child restores spec.signal_mask once its handlers exist
-    if pid == 0:  # pragma: no cover - the child side is measured by the rank's coverage
-        rank_main(spec, ctx, writer, target, args)
+    # The child runs rank_main (which restores spec.signal_mask once its handlers exist)
+    # and never comes back here.
+    pid = fork_holding_signals(
+        lambda: rank_main(spec, ctx, writer, target, args), exit_code=EXIT_BOOTSTRAP
+    )
     # Also done by the child; whoever runs first wins the race. OSError: the child already
     # did it or is gone.
     try:  # noqa: SIM105 - contextlib.suppress costs copy-on-write faults here
