@@ -267,6 +267,7 @@ def test_a_rank_does_not_flush_the_parents_buffered_stream(monkeypatch):
         assert os.read(r, 4096) == b"the parent's buffered text\n"
         assert result.ok, result.report()
     finally:
+        sys.__stdout__.flush()  # empty before w closes, whatever failed above
         os.close(r)
         os.close(w)
 

@@ -159,7 +159,7 @@ def test_reset_from_another_thread_gives_up_on_a_broadcast_that_cannot_stop(
 
     def body() -> None:
         resets.append(_Reset(peer))
-        resets[0].finished(5.0)  # the broadcast stays stuck until the reset gave up
+        assert resets[0].finished(_WAIT)  # the broadcast stays stuck until the reset gave up
 
     with _pair(base_path) as peer:
         _in_a_handler_during_broadcast(peer, body)
@@ -182,8 +182,9 @@ def test_a_reset_still_waiting_when_another_gives_up_is_woken_when_the_broadcast
     (``_resets_waiting = 1``: the count of waiting resets drops to 0 when the first gives
     up, so the leaving broadcast wakes nobody).  ``_ABORT_WAIT`` is patched per reset (each
     reads it when it starts waiting) to choose which one gives up; the first waits 1 s so
-    that the second surely waits before the first gives up."""
-    monkeypatch.setattr(broadcaster_module, "_ABORT_WAIT", 1.0)
+    that the second surely waits before the first gives up (checked: the first is still
+    waiting when both are)."""
+    monkeypatch.setattr(broadcaster_module, "_ABORT_WAIT", 3.0)
     resets: list[_Reset] = []
 
     def body() -> None:
@@ -192,7 +193,9 @@ def test_a_reset_still_waiting_when_another_gives_up_is_woken_when_the_broadcast
         monkeypatch.setattr(broadcaster_module, "_ABORT_WAIT", 30.0)
         resets.append(_Reset(peer))
         _until_resets_wait(peer, 2)
-        assert resets[0].finished(5.0)  # gave up; the second still waits
+        # Both wait at once (else the mutant could pass): the first has not given up yet.
+        assert resets[0].thread.is_alive(), "the first reset gave up before the second waited"
+        assert resets[0].finished(_WAIT)  # gave up; the second still waits
 
     with _pair(base_path) as peer:
         try:
@@ -201,11 +204,42 @@ def test_a_reset_still_waiting_when_another_gives_up_is_woken_when_the_broadcast
         finally:  # a reset left waiting (the bug) is woken, so no thread outlives the test
             with peer._state:
                 peer._idle.notify_all()
-            assert all(reset.finished() for reset in resets)
+            stuck = [reset for reset in resets if not reset.finished()]
+        assert not stuck, f"{len(stuck)} reset thread(s) still running"
     assert type(resets[0].error) is BroadcastError
     assert "asked the in-flight broadcast to stop, but it did not" in str(resets[0].error)
     assert woken and resets[1].error is None
     assert peer.generation == 2 and not peer.is_initialized()  # the second reset, then _pair's
+
+
+def test_after_a_reset_that_waited_a_broadcast_takes_no_lock_again(base_path: str) -> None:
+    """A broadcast takes no lock unless a reset() is waiting for it: its exit touches
+    ``_state`` only while the count of waiting resets is non-zero.  After a reset that had
+    to wait (proven: it waited, then completed when the broadcast left), the count must be
+    0 again, so a broadcast of the re-initialized broadcaster returns while another thread
+    holds ``_state`` (white-box: the lock is not public; a signal handler that runs inside
+    reset's critical section and waits for a broadcast would deadlock otherwise).  Kills
+    reset 23/24 (the entry count -1 / +2) and 33/34 (the exit sets 1 / adds 1): each leaves
+    the count non-zero for good."""
+    resets: list[_Reset] = []
+
+    def body() -> None:
+        resets.append(_Reset(peer))
+        _until_resets_wait(peer, 1)
+
+    with _pair(base_path) as peer:
+        _in_a_handler_during_broadcast(peer, body)  # the broadcast leaves: the reset goes on
+        assert resets[0].finished(_WAIT) and resets[0].error is None
+        peer.initialize(0, 1, base_path + "-alone")
+        assert peer._state.acquire(timeout=_WAIT)
+        try:
+            other = _in_thread(lambda: peer.broadcast(bytearray(1)))
+            other.join(_WAIT)
+            returned = not other.is_alive()
+        finally:
+            peer._state.release()
+        other.join(_WAIT)
+    assert returned, "the broadcast waited for _state, which another thread held"
 
 
 def test_a_broadcaster_that_was_reset_broadcasts_as_a_world_of_one(base_path: str) -> None:
