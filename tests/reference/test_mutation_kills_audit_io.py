@@ -1,0 +1,184 @@
+"""Mutants of ``_io``, ``_paths`` and ``_bootstrap`` once listed as equivalent that are not.
+
+An audit of ``tools/mutation_equivalents.toml`` tried to break each written claim; these
+tests are the counterexamples it found (each docstring names the mutant, by function and
+changed line, that it kills):
+
+- ``_io._wait``: the ``except InterruptedError`` clause is reachable.  PEP 475 makes
+  ``poll`` retry EINTR, but not when the signal handler raises: then the handler's
+  exception leaves ``poll``, and a handler that raises ``InterruptedError`` lands in that
+  clause.  The module promises that EINTR retries; ``break`` there instead makes ``_wait``
+  return None and the send fail with a TypeError.
+- ``_paths._has_live_listener``: a base path spelt with a leading ``//`` (POSIX leaves it
+  as it is: ``abspath("//tmp/x") == "//tmp/x"``) never equals the ``/tmp/...`` name that
+  /proc/net/unix shows for a listener on the same file, and absolute entries are skipped
+  before the component comparison.  Rank 0 then takes over a live group's socket.  The
+  mutant that stops skipping absolute entries catches it: the test is a strict xfail that
+  records the bug and fails (XPASS) under that mutant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import platform
+import select
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+import pytest
+
+from tpbcast.reference_impl import BroadcastTimeoutError, CpuTpBroadcaster, SecurityError
+from tpbcast.reference_impl._io import Deadline, Site, send_all
+
+from ._helpers import fast_config, list_fds
+
+SITE = Site(rank=0, peer=1, phase="broadcast", path="/tmp/x_0.sock", who="peer 1")
+
+# Syscall numbers of poll/ppoll as /proc/<pid>/task/<tid>/syscall shows them.
+_POLL_SYSCALLS = {"x86_64": {"7", "271"}, "aarch64": {"73"}}
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A non-blocking socket pair: rank 0's end and the peer's."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    for sock in (a, b):
+        sock.setblocking(False)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def _fill(sock: socket.socket) -> int:
+    """Write into ``sock`` until its buffer is full (the peer is not reading); bytes written."""
+    size = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            size += sock.send(bytes(65536), socket.MSG_DONTWAIT)
+    return size
+
+
+def _in_poll(tid: int) -> bool:
+    """Whether thread ``tid`` of this process is blocked in poll/ppoll right now."""
+    with open(f"/proc/self/task/{tid}/syscall") as fh:
+        return fh.read().split(maxsplit=1)[0] in _POLL_SYSCALLS[platform.machine()]
+
+
+@pytest.mark.skipif(
+    platform.machine() not in _POLL_SYSCALLS, reason="poll's syscall number is not known here"
+)
+def test_an_interrupted_error_raised_by_a_signal_handler_while_waiting_for_room_retries(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """Kills ``_io._wait``: ``except InterruptedError: continue`` -> ``break``.
+
+    The writer finds the link full and waits in poll; a signal arrives there and its
+    handler raises InterruptedError (the EINTR the module docstring says is retried).
+    The wait goes on, the reader drains, and the send completes with every byte once;
+    the mutant leaves the loop, ``_wait`` returns None and the send dies of a TypeError.
+    White-box (``send_all`` on a socket pair): only a thread blocked in ``_wait`` can
+    take the signal there, and nothing public lets a test see when a broadcast is."""
+    assert threading.current_thread() is threading.main_thread(), "signals need the main thread"
+    a, b = pair
+    filled = _fill(a)
+    data = bytes(range(256)) * 64
+    writer_tid, writer = threading.get_native_id(), threading.get_ident()
+    seen: list[str] = []  # where the handler ran (the function name of its frame)
+    fired = threading.Event()
+    drained = bytearray()
+    problems: list[str] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if fired.is_set():
+            return
+        seen.append(frame.f_code.co_name if frame is not None else "?")
+        fired.set()
+        raise InterruptedError(errno.EINTR, "interrupted by the test's signal handler")
+
+    def reader() -> None:
+        end = time.monotonic() + 10.0
+        while not _in_poll(writer_tid):  # polling with a deadline: the writer is waiting
+            if time.monotonic() > end:
+                problems.append("the writer never blocked in poll")
+                return
+            time.sleep(0.001)
+        signal.pthread_kill(writer, signal.SIGUSR1)
+        if not fired.wait(10.0):
+            problems.append("the signal handler never ran")
+            return
+        while len(drained) < filled + len(data):
+            if not select.select([b], [], [], 10.0)[0]:
+                problems.append(f"only {len(drained)}/{filled + len(data)} bytes arrived")
+                return
+            chunk = b.recv(1 << 20)
+            if not chunk:
+                return  # the writer's end closed (the send failed)
+            drained.extend(chunk)
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    thread = threading.Thread(target=reader, daemon=True)
+    try:
+        thread.start()
+        try:
+            result = send_all(a, data, Deadline(10.0), SITE)
+        finally:
+            a.shutdown(socket.SHUT_WR)  # ends the reader's wait if the send failed
+            thread.join(30.0)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert not thread.is_alive()
+    assert problems == []
+    assert fired.is_set() and len(seen) == 1 and "_wait" in seen[0], seen  # the fault happened
+    assert result == len(data)
+    assert len(drained) == filled + len(data)
+    assert bytes(drained[filled:]) == data
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=BroadcastTimeoutError,  # rank 0 bound the path and waited for peers in vain
+    reason="reference bug: _has_live_listener compares abspath(path), which keeps a leading "
+    "'//', with the '/...' name /proc/net/unix lists, and skips absolute entries before the "
+    "component comparison; rank 0 takes over the live group's socket",
+)
+def test_a_live_listener_is_not_taken_over_through_a_leading_double_slash(
+    base_path: str,
+) -> None:
+    """Kills ``_paths._has_live_listener``: ``if entry.startswith((b"/", b"@")):`` ->
+    ``if entry.startswith((b"XX/XX", b"@")):`` (strict xfail: XPASS fails the run).
+
+    Another group listens at ``<dir>/g_0.sock``; rank 0 is given the same base path spelt
+    ``//<dir>/g``, the same file to the kernel.  It must refuse the path as it refuses the
+    plain spelling (test_security.test_live_listener_is_not_taken_over) and leave the
+    other group's socket file where it is."""
+    path = base_path + "_0.sock"
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        other.bind(path)
+        other.listen(1)
+        ident = os.lstat(path).st_ino
+        with open("/proc/net/unix", "rb") as fh:
+            assert path.encode() in fh.read().split()  # listed as bound, single slash
+        twin = "/" + base_path
+        assert os.path.abspath(twin).startswith("//")  # the spelling survives abspath
+        b = CpuTpBroadcaster(fast_config(init_timeout=0.2))
+        before = list_fds()
+        try:
+            with pytest.raises(SecurityError) as info:
+                b.initialize(0, 2, twin)
+        finally:
+            b.reset()
+        assert list_fds() == before
+        assert "another process is listening" in str(info.value)
+        assert info.value.errno_name == "EADDRINUSE"
+        assert os.lstat(path).st_ino == ident  # the other group's socket file is untouched
+    finally:
+        other.close()
