@@ -15,12 +15,17 @@ changed line, that it kills):
   before the component comparison.  Rank 0 then takes over a live group's socket.  The
   mutant that stops skipping absolute entries catches it: the test is a strict xfail that
   records the bug and fails (XPASS) under that mutant.
+- ``_bootstrap.Links.request_abort``: the abort pipe's write end CAN be fd 0.  pipe2
+  takes its two fds one after the other; another thread closing fd 0 in between gives
+  the write end fd 0 (seen once in 1.5 million pipe2 calls against a thread that kept
+  closing fd 0).  ``abort_w > 0`` then never wakes the broadcast that reset() waits for.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import platform
 import select
@@ -33,10 +38,12 @@ from types import FrameType
 
 import pytest
 
+from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import BroadcastTimeoutError, CpuTpBroadcaster, SecurityError
 from tpbcast.reference_impl._io import Deadline, Site, send_all
 
-from ._helpers import fast_config, list_fds
+from ._helpers import fast_config, list_fds, when_broadcasting
+from .test_mutation_kills_links import _peer_of_a_wire_root
 
 SITE = Site(rank=0, peer=1, phase="broadcast", path="/tmp/x_0.sock", who="peer 1")
 
@@ -182,3 +189,46 @@ def test_a_live_listener_is_not_taken_over_through_a_leading_double_slash(
         assert os.lstat(path).st_ino == ident  # the other group's socket file is untouched
     finally:
         other.close()
+
+
+def test_reset_from_another_thread_stops_a_broadcast_whose_abort_write_end_is_fd_0(
+    base_path: str,
+) -> None:
+    """Kills ``_bootstrap.Links.request_abort``: ``if self.abort_w >= 0:`` -> ``if
+    self.abort_w > 0:`` and -> ``if self.abort_w >= 1:`` (nothing written: the broadcast
+    sleeps on, reset() gives up after its 10 s wait).
+
+    The abort pipe's write end is moved to fd 0 (checked: fd 0 is the write end of the
+    pipe whose read end the broadcast watches), the state a concurrent close of fd 0
+    between pipe2's two allocations leaves; a broadcast waits for rank 0's bytes and
+    reset() from this thread must end it at once with ECANCELED.  White-box (the write
+    end is moved behind the broadcaster's back): that race cannot be won on demand.
+    In a forked rank, whose stdin is the harness's /dev/null: fd 0 is free to take."""
+
+    def rank_main(ctx: RankContext) -> tuple[bool, str]:
+        caught: list[BaseException] = []
+        with _peer_of_a_wire_root(base_path) as peer:
+            links = peer._links
+            os.dup2(links.abort_w, 0, inheritable=False)
+            os.close(links.abort_w)
+            links.abort_w = 0
+            write_end_at_0 = (
+                os.readlink("/proc/self/fd/0") == os.readlink(f"/proc/self/fd/{links.abort_r}")
+                and fcntl.fcntl(0, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
+            )
+
+            def receive() -> None:
+                try:
+                    peer.broadcast(bytearray(8))  # rank 0 never sends
+                except BaseException as exc:
+                    caught.append(exc)
+
+            thread = threading.Thread(target=receive, daemon=True)
+            thread.start()
+            when_broadcasting(peer)
+            peer.reset()
+            thread.join(20.0)
+        (err,) = caught
+        return write_end_at_0, getattr(err, "errno_name", repr(err))
+
+    assert run_ranks(rank_main, 1, timeout=60.0).values() == [(True, "ECANCELED")]
