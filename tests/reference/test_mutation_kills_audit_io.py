@@ -19,6 +19,10 @@ changed line, that it kills):
   takes its two fds one after the other; another thread closing fd 0 in between gives
   the write end fd 0 (seen once in 1.5 million pipe2 calls against a thread that kept
   closing fd 0).  ``abort_w > 0`` then never wakes the broadcast that reset() waits for.
+- ``send_all`` / ``send_views`` ignoring the caller's ``poller``: a writer given its own
+  poller waits in that poller, as ``recv_exact`` does for a reader (the reader's case is
+  already pinned by test_mutation_kills_io's time-left test).  Seen only by a caller that
+  instruments its poller; the reference's own outcomes do not change.
 """
 
 from __future__ import annotations
@@ -33,16 +37,17 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 import pytest
 
 from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import BroadcastTimeoutError, CpuTpBroadcaster, SecurityError
-from tpbcast.reference_impl._io import Deadline, Site, send_all
+from tpbcast.reference_impl._io import Deadline, Site, send_all, send_views
 
 from ._helpers import fast_config, list_fds, when_broadcasting
+from .test_mutation_kills_io import _CountingPoller
 from .test_mutation_kills_links import _peer_of_a_wire_root
 
 SITE = Site(rank=0, peer=1, phase="broadcast", path="/tmp/x_0.sock", who="peer 1")
@@ -232,3 +237,58 @@ def test_reset_from_another_thread_stops_a_broadcast_whose_abort_write_end_is_fd
         return write_end_at_0, getattr(err, "errno_name", repr(err))
 
     assert run_ranks(rank_main, 1, timeout=60.0).values() == [(True, "ECANCELED")]
+
+
+def _drainer(sock: socket.socket, into: bytearray) -> Callable[[], None]:
+    """Read everything ``sock`` holds now into ``into`` (run by the caller's poller)."""
+
+    def drain() -> None:
+        with contextlib.suppress(BlockingIOError):
+            while chunk := sock.recv(1 << 20):
+                into.extend(chunk)
+
+    return drain
+
+
+def _rest(sock: socket.socket, into: bytearray, size: int) -> bytes:
+    while len(into) < size:
+        assert select.select([sock], [], [], 10.0)[0], f"only {len(into)}/{size} bytes arrived"
+        chunk = sock.recv(size - len(into))
+        assert chunk, f"end of stream after {len(into)}/{size} bytes"
+        into.extend(chunk)
+    return bytes(into)
+
+
+def test_a_writer_given_its_own_poller_waits_in_it(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """Kills ``_io.send_all``: ``poller=poller,`` -> ``poller=None,`` (the call to
+    ``_send_rest``).  The link is full; the caller's poller makes room before each wait
+    (the reader drains), so only a send that waits in THAT poller finishes; the mutant
+    waits in a poller of its own, where nobody drains, and times out."""
+    a, b = pair
+    filled = _fill(a)
+    data = os.urandom(4096)
+    got = bytearray()
+    poller = _CountingPoller(a, writing=True, on_poll=_drainer(b, got))
+    assert send_all(a, data, Deadline(3.0), SITE, poller=poller) == len(data)  # type: ignore[arg-type]
+    assert poller.polls >= 1
+    assert _rest(b, got, filled + len(data))[filled:] == data
+
+
+def test_buffers_given_their_own_poller_wait_in_it(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """Kills ``_io.send_views``: ``poller=poller,`` -> ``poller=None,`` and the call
+    without ``poller=`` (its send_all of each view).  As above for two buffers: the one
+    sendmsg finds the link full (EAGAIN), each view then waits in the caller's poller."""
+    a, b = pair
+    filled = _fill(a)
+    first, second = os.urandom(1000), os.urandom(3000)
+    got = bytearray()
+    poller = _CountingPoller(a, writing=True, on_poll=_drainer(b, got))
+    views = [memoryview(first), memoryview(second)]
+    total = len(first) + len(second)
+    assert send_views(a, views, Deadline(3.0), SITE, total=total, poller=poller) == total  # type: ignore[arg-type]
+    assert poller.polls >= 1
+    assert _rest(b, got, filled + total)[filled:] == first + second
