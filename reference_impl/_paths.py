@@ -112,19 +112,25 @@ def _live_listener_paths() -> frozenset[bytes]:
     return frozenset(found)
 
 
-def _has_live_listener(path: str) -> bool:
-    """Whether a listening socket is bound at ``path`` (by any process).
+def _has_live_listener(path: str, ident: FileId) -> bool:
+    """Whether a listening socket is bound at ``path`` (by any process); ``ident`` is the
+    (device, inode) of the socket file there.
 
-    /proc/net/unix shows a name as it was bound: a listener that bound a
-    relative name shows it relative to ITS cwd, which we cannot know; a
-    relative entry whose components end our absolute path counts as live
-    (refusing is the safe side: the caller is told to pick another session).
+    /proc/net/unix shows a name as it was spelt at bind time.  An absolute name counts
+    when it is the same file as ``path``, however it was spelt ('//dir/g_0.sock',
+    '/dir/./g_0.sock', a symlinked directory): comparing strings let a group whose base
+    path was spelt differently take a live group's socket over.  A listener that bound a
+    relative name shows it relative to ITS cwd, which we cannot know; a relative entry
+    whose components end our absolute path counts as live (refusing is the safe side:
+    the caller is told to pick another session).
     """
     wanted = os.fsencode(os.path.abspath(path))
     for entry in _live_listener_paths():
-        if entry == wanted:
-            return True
-        if entry.startswith((b"/", b"@")):
+        if entry.startswith(b"@"):
+            continue  # abstract: names no file
+        if entry.startswith(b"/"):
+            if file_id(os.fsdecode(entry)) == ident:
+                return True
             continue
         tail = [part for part in os.path.normpath(entry).split(b"/") if part not in (b"..", b".")]
         if tail and wanted.endswith(b"/" + b"/".join(tail)):
@@ -147,7 +153,7 @@ def prepare_socket_path(path: str) -> None:
             f"{_FIX}: remove it or choose another base path.",
             path=path,
         )
-    if _has_live_listener(path):
+    if _has_live_listener(path, (st.st_dev, st.st_ino)):
         raise SecurityError(
             "another process is listening on this socket path (a second group with the same "
             "base path?); refusing to take it over. Give each group its own session id "

@@ -1616,7 +1616,7 @@ def test_a_stale_socket_that_vanishes_before_its_removal_is_fine(
     """Another process may remove the stale socket between our check and our unlink."""
     path = os.path.join(short_dir, "v_0.sock")
 
-    def removed_meanwhile(candidate: str) -> bool:
+    def removed_meanwhile(candidate: str, ident: object) -> bool:
         os.unlink(candidate)  # someone else cleans up first
         return False
 

@@ -10,11 +10,10 @@ changed line, that it kills):
   clause.  The module promises that EINTR retries; ``break`` there instead makes ``_wait``
   return None and the send fail with a TypeError.
 - ``_paths._has_live_listener``: a base path spelt with a leading ``//`` (POSIX leaves it
-  as it is: ``abspath("//tmp/x") == "//tmp/x"``) never equals the ``/tmp/...`` name that
-  /proc/net/unix shows for a listener on the same file, and absolute entries are skipped
-  before the component comparison.  Rank 0 then takes over a live group's socket.  The
-  mutant that stops skipping absolute entries catches it: the test is a strict xfail that
-  records the bug and fails (XPASS) under that mutant.
+  as it is: ``abspath("//tmp/x") == "//tmp/x"``) never equalled the ``/tmp/...`` name that
+  /proc/net/unix shows for a listener on the same file, and rank 0 took over a live
+  group's socket.  A reference bug, now fixed (the check compares files); its test is in
+  test_security.py.
 - ``_bootstrap.Links.request_abort``: the abort pipe's write end CAN be fd 0.  pipe2
   takes its two fds one after the other; another thread closing fd 0 in between gives
   the write end fd 0 (seen once in 1.5 million pipe2 calls against a thread that kept
@@ -43,10 +42,9 @@ from types import FrameType
 import pytest
 
 from tpbcast.harness import RankContext, run_ranks
-from tpbcast.reference_impl import BroadcastTimeoutError, CpuTpBroadcaster, SecurityError
 from tpbcast.reference_impl._io import Deadline, Site, send_all, send_views
 
-from ._helpers import fast_config, list_fds, when_broadcasting
+from ._helpers import when_broadcasting
 from .test_mutation_kills_io import _CountingPoller
 from .test_mutation_kills_links import _peer_of_a_wire_root
 
@@ -152,48 +150,6 @@ def test_an_interrupted_error_raised_by_a_signal_handler_while_waiting_for_room_
     assert result == len(data)
     assert len(drained) == filled + len(data)
     assert bytes(drained[filled:]) == data
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=BroadcastTimeoutError,  # rank 0 bound the path and waited for peers in vain
-    reason="reference bug: _has_live_listener compares abspath(path), which keeps a leading "
-    "'//', with the '/...' name /proc/net/unix lists, and skips absolute entries before the "
-    "component comparison; rank 0 takes over the live group's socket",
-)
-def test_a_live_listener_is_not_taken_over_through_a_leading_double_slash(
-    base_path: str,
-) -> None:
-    """Kills ``_paths._has_live_listener``: ``if entry.startswith((b"/", b"@")):`` ->
-    ``if entry.startswith((b"XX/XX", b"@")):`` (strict xfail: XPASS fails the run).
-
-    Another group listens at ``<dir>/g_0.sock``; rank 0 is given the same base path spelt
-    ``//<dir>/g``, the same file to the kernel.  It must refuse the path as it refuses the
-    plain spelling (test_security.test_live_listener_is_not_taken_over) and leave the
-    other group's socket file where it is."""
-    path = base_path + "_0.sock"
-    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        other.bind(path)
-        other.listen(1)
-        ident = os.lstat(path).st_ino
-        with open("/proc/net/unix", "rb") as fh:
-            assert path.encode() in fh.read().split()  # listed as bound, single slash
-        twin = "/" + base_path
-        assert os.path.abspath(twin).startswith("//")  # the spelling survives abspath
-        b = CpuTpBroadcaster(fast_config(init_timeout=0.2))
-        before = list_fds()
-        try:
-            with pytest.raises(SecurityError) as info:
-                b.initialize(0, 2, twin)
-        finally:
-            b.reset()
-        assert list_fds() == before
-        assert "another process is listening" in str(info.value)
-        assert info.value.errno_name == "EADDRINUSE"
-        assert os.lstat(path).st_ino == ident  # the other group's socket file is untouched
-    finally:
-        other.close()
 
 
 def test_reset_from_another_thread_stops_a_broadcast_whose_abort_write_end_is_fd_0(

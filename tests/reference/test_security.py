@@ -12,6 +12,7 @@ import pytest
 
 from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import (
+    BroadcastTimeoutError,
     ConfigurationError,
     CpuTpBroadcaster,
     PeerClosedError,
@@ -151,6 +152,59 @@ def test_live_listener_is_not_taken_over(base_path: str) -> None:
         assert os.path.exists(base_path + "_0.sock")
     finally:
         other.close()
+
+
+def test_a_live_listener_is_not_taken_over_through_a_leading_double_slash(
+    base_path: str,
+) -> None:
+    """Another group listens at ``<dir>/g_0.sock``; rank 0 is given the same base path spelt
+    ``//<dir>/g``, the same file to the kernel.  It must refuse the path as it refuses the
+    plain spelling (test_security.test_live_listener_is_not_taken_over) and leave the
+    other group's socket file where it is.  (Found by an audit of the mutation
+    equivalents: the check compared spellings, and ``abspath`` keeps a leading ``//``.)"""
+    path = base_path + "_0.sock"
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        other.bind(path)
+        other.listen(1)
+        ident = os.lstat(path).st_ino
+        with open("/proc/net/unix", "rb") as fh:
+            assert path.encode() in fh.read().split()  # listed as bound, single slash
+        twin = "/" + base_path
+        assert os.path.abspath(twin).startswith("//")  # the spelling survives abspath
+        b = CpuTpBroadcaster(fast_config(init_timeout=0.2))
+        before = list_fds()
+        try:
+            with pytest.raises(SecurityError) as info:
+                b.initialize(0, 2, twin)
+        finally:
+            b.reset()
+        assert list_fds() == before
+        assert "another process is listening" in str(info.value)
+        assert info.value.errno_name == "EADDRINUSE"
+        assert os.lstat(path).st_ino == ident  # the other group's socket file is untouched
+    finally:
+        other.close()
+
+
+def test_a_stale_socket_is_replaced_beside_an_unrelated_live_listener(base_path: str) -> None:
+    """The listener check compares files, not names: a live listener on ANOTHER file in
+    the same directory does not make our stale socket live.  Rank 0 takes the stale path
+    over and then waits for its missing peer (ETIMEDOUT), instead of refusing."""
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(base_path + "_0.sock")
+    stale.close()  # bound, never listened: a leftover
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        other.bind(base_path + "_other.sock")
+        other.listen(1)
+        with open("/proc/net/unix", "rb") as fh:  # the unrelated listener is really there
+            assert (base_path + "_other.sock").encode() in fh.read().split()
+        err = _init_root_alone(base_path)
+    finally:
+        other.close()
+    assert isinstance(err, BroadcastTimeoutError), repr(err)
+    assert (err.phase, err.errno_name) == ("accept", "ETIMEDOUT")
 
 
 def test_live_listener_bound_by_a_relative_name_is_not_taken_over(base_path: str) -> None:
