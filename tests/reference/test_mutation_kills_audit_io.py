@@ -42,7 +42,10 @@ from types import FrameType
 import pytest
 
 from tpbcast.harness import RankContext, run_ranks
+from tpbcast.reference_impl import SecurityError
+from tpbcast.reference_impl import _paths as paths_module
 from tpbcast.reference_impl._io import Deadline, Site, send_all, send_views
+from tpbcast.reference_impl._paths import prepare_socket_path
 
 from ._helpers import when_broadcasting
 from .test_mutation_kills_io import _CountingPoller
@@ -248,3 +251,27 @@ def test_buffers_given_their_own_poller_wait_in_it(
     assert send_views(a, views, Deadline(3.0), SITE, total=total, poller=poller) == total  # type: ignore[arg-type]
     assert poller.polls >= 1
     assert _rest(b, got, filled + total)[filled:] == first + second
+
+
+def test_every_listener_entry_is_looked_at_until_ours(
+    short_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live-listener check goes through ALL of /proc/net/unix's listeners: an abstract
+    name or another file's listener before ours must not end the search.  The kernel's
+    order is not ours to choose (and the reference keeps the names in a set), so the
+    listing is replaced by one in that order: abstract, another live file, ours.
+
+    Kills ``_paths._has_live_listener``: ``continue  # abstract: names no file`` ->
+    ``break`` and the ``continue`` after the absolute-name test -> ``break`` (both stop
+    before our entry and take a live group's socket over)."""
+    ours, other = os.path.join(short_dir, "g_0.sock"), os.path.join(short_dir, "x_0.sock")
+    with contextlib.ExitStack() as stack:
+        for path in (ours, other):
+            sock = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+            sock.bind(path)
+            sock.listen(1)
+        listed = (b"@tpbcast-abstract", os.fsencode(other), os.fsencode(ours))
+        monkeypatch.setattr(paths_module, "_live_listener_paths", lambda: listed)
+        with pytest.raises(SecurityError, match="another process is listening"):
+            prepare_socket_path(ours)
+        assert os.path.exists(ours)  # not taken over
