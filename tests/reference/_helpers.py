@@ -8,18 +8,22 @@ against itself.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import random
 import select
 import socket
+import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from tpbcast.harness import wire
 from tpbcast.reference_impl import BroadcasterConfig, CpuTpBroadcaster
+from tpbcast.reference_impl._io import make_poller
 
 #: ``run_ranks`` keywords of the reference self-tests' groups: one 20 s deadline, and
 #: once a process failed the others get 10 s more (they usually learn of the failure
@@ -114,3 +118,64 @@ def when_broadcasting(bcast: CpuTpBroadcaster, timeout: float = 10.0) -> None:
     while bcast._busy != "broadcast":
         assert time.monotonic() < deadline, "the broadcast never started"
         time.sleep(0.001)
+
+
+#: The peer of :func:`peer_of_a_wire_root`: deadlines far above any test's own waits.
+_WIRE_ROOT_PEER = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0, io_timeout=10.0)
+
+
+@contextlib.contextmanager
+def peer_of_a_wire_root(
+    base_path: str, before_probe: Callable[[], None] = lambda: None
+) -> Iterator[CpuTpBroadcaster]:
+    """Rank 1 initialized against a wire-v1 rank 0 in a thread of this process, which
+    reads the rank announcement, runs ``before_probe`` (rank 1 is then blocked waiting
+    for the probe byte, allocating nothing) and sends the probe.  The root's link stays
+    open until the block ends; rank 1 is reset then."""
+    done = threading.Event()
+    failed: list[BaseException] = []
+    listener = wire.listen(wire.socket_path(base_path), 1)
+
+    def root() -> None:
+        try:
+            with wire.accept(listener, wire.Deadline.after(10.0)) as conn:
+                assert wire.recv_exact(conn, 4, wire.Deadline.after(10.0)) == wire.pack_rank(1)
+                before_probe()
+                wire.send_all(conn, bytes([wire.PROBE]), wire.Deadline.after(10.0))
+                assert done.wait(20.0), "the test never finished"
+        except BaseException as exc:  # reported in the rank's main thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=root, daemon=True)
+    thread.start()
+    peer = CpuTpBroadcaster(_WIRE_ROOT_PEER)
+    try:
+        peer.initialize(1, 2, base_path)
+        yield peer
+    finally:
+        peer.reset()
+        done.set()
+        thread.join(20.0)
+        listener.close()
+        os.unlink(wire.socket_path(base_path))
+    assert not thread.is_alive() and not failed, failed
+
+
+class CountingPoller:
+    """A caller's poller (``make_poller``) that counts its polls and keeps their timeouts."""
+
+    def __init__(
+        self, sock: socket.socket, *, writing: bool = False, on_poll: Callable[[], object] = int
+    ) -> None:
+        self._real = make_poller(sock, writing=writing, abort_fd=None)
+        self._on_poll = on_poll  # run before each poll (after its timeout was chosen)
+        self.timeouts: list[int | None] = []
+
+    @property
+    def polls(self) -> int:
+        return len(self.timeouts)
+
+    def poll(self, timeout: int | None = None) -> list[tuple[int, int]]:
+        self.timeouts.append(timeout)
+        self._on_poll()
+        return self._real.poll(timeout)

@@ -47,9 +47,7 @@ from tpbcast.reference_impl import _paths as paths_module
 from tpbcast.reference_impl._io import Deadline, Site, send_all, send_views
 from tpbcast.reference_impl._paths import prepare_socket_path
 
-from ._helpers import when_broadcasting
-from .test_mutation_kills_io import _CountingPoller
-from .test_mutation_kills_links import _peer_of_a_wire_root
+from ._helpers import CountingPoller, peer_of_a_wire_root, when_broadcasting
 
 SITE = Site(rank=0, peer=1, phase="broadcast", path="/tmp/x_0.sock", who="peer 1")
 
@@ -171,7 +169,7 @@ def test_reset_from_another_thread_stops_a_broadcast_whose_abort_write_end_is_fd
 
     def rank_main(ctx: RankContext) -> tuple[bool, str]:
         caught: list[BaseException] = []
-        with _peer_of_a_wire_root(base_path) as peer:
+        with peer_of_a_wire_root(base_path) as peer:
             links = peer._links
             os.dup2(links.abort_w, 0, inheritable=False)
             os.close(links.abort_w)
@@ -229,7 +227,7 @@ def test_a_writer_given_its_own_poller_waits_in_it(
     filled = _fill(a)
     data = os.urandom(4096)
     got = bytearray()
-    poller = _CountingPoller(a, writing=True, on_poll=_drainer(b, got))
+    poller = CountingPoller(a, writing=True, on_poll=_drainer(b, got))
     assert send_all(a, data, Deadline(3.0), SITE, poller=poller) == len(data)  # type: ignore[arg-type]
     assert poller.polls >= 1
     assert _rest(b, got, filled + len(data))[filled:] == data
@@ -245,7 +243,7 @@ def test_buffers_given_their_own_poller_wait_in_it(
     filled = _fill(a)
     first, second = os.urandom(1000), os.urandom(3000)
     got = bytearray()
-    poller = _CountingPoller(a, writing=True, on_poll=_drainer(b, got))
+    poller = CountingPoller(a, writing=True, on_poll=_drainer(b, got))
     views = [memoryview(first), memoryview(second)]
     total = len(first) + len(second)
     assert send_views(a, views, Deadline(3.0), SITE, total=total, poller=poller) == total  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,11 +29,12 @@ from tpbcast.reference_impl import BroadcastError, BroadcastTimeoutError, PeerCl
 from tpbcast.reference_impl._io import (
     Deadline,
     Site,
-    make_poller,
     recv_exact,
     send_all,
     send_views,
 )
+
+from ._helpers import CountingPoller
 
 # Rank 0 writing to peer 2 (``who`` is how the message names the other end).
 SITE = Site(rank=0, peer=2, phase="broadcast", path="/tmp/x_0.sock", who="peer 2")
@@ -378,33 +379,13 @@ def test_a_read_that_finds_nothing_after_a_wake_up_waits_again(
     assert out == b"abcd"
 
 
-class _CountingPoller:
-    """A caller's poller (``make_poller``) that counts its polls and keeps their timeouts."""
-
-    def __init__(
-        self, sock: socket.socket, *, writing: bool = False, on_poll: Callable[[], object] = int
-    ) -> None:
-        self._real = make_poller(sock, writing=writing, abort_fd=None)
-        self._on_poll = on_poll  # run before each poll (after its timeout was chosen)
-        self.timeouts: list[int | None] = []
-
-    @property
-    def polls(self) -> int:
-        return len(self.timeouts)
-
-    def poll(self, timeout: int | None = None) -> list[tuple[int, int]]:
-        self.timeouts.append(timeout)
-        self._on_poll()
-        return self._real.poll(timeout)
-
-
 def test_a_reader_that_waits_first_costs_one_poll_and_one_read(
     pair: tuple[_ShimSocket, socket.socket],
 ) -> None:
     """recv_exact(wait_first=True) when the data is there: one poll, one recv_into."""
     a, b = pair
     b.send(b"abcd")
-    poller = _CountingPoller(a)
+    poller = CountingPoller(a)
     out = bytearray(4)
     assert recv_exact(a, out, Deadline(5.0), READER, poller=poller, wait_first=True) == 4  # type: ignore[arg-type]
     assert (out, poller.polls, a.calls["recv_into"]) == (b"abcd", 1, 1)
@@ -466,12 +447,12 @@ def test_a_reader_polls_with_the_time_left_and_not_once_it_passed(
     reader starts to wait, so nothing waits that long); with the deadline already passed,
     no poll at all."""
     a, b = pair
-    poller = _CountingPoller(a, on_poll=lambda: b.send(b"abcd"))
+    poller = CountingPoller(a, on_poll=lambda: b.send(b"abcd"))
     out = bytearray(4)
     assert recv_exact(a, out, Deadline(10.0), READER, poller=poller) == 4  # type: ignore[arg-type]
     first = poller.timeouts[0]
     assert out == b"abcd" and first is not None and 9000 <= first <= 10000
-    late = _CountingPoller(a)
+    late = CountingPoller(a)
     with pytest.raises(BroadcastTimeoutError):
         recv_exact(a, bytearray(4), Deadline(0.0), READER, poller=late)  # type: ignore[arg-type]
     assert late.polls == 0
@@ -482,7 +463,7 @@ def test_a_reader_with_its_own_poller_waits_for_data_only(
 ) -> None:
     """make_poller(writing=False) watches for data, not for room: no data, one read."""
     a, _b = pair
-    poller = _CountingPoller(a)
+    poller = CountingPoller(a)
     with pytest.raises(BroadcastTimeoutError):
         recv_exact(a, bytearray(4), Deadline(0.2), READER, poller=poller)  # type: ignore[arg-type]
     assert a.calls["recv_into"] == 1
@@ -496,7 +477,7 @@ def test_a_writer_with_its_own_poller_wakes_when_the_reader_makes_room(
     got: list[bytes] = []
     thread = threading.Thread(target=lambda: got.append(_recv_all(b, len(payload))), daemon=True)
     thread.start()
-    poller = _CountingPoller(a, writing=True)
+    poller = CountingPoller(a, writing=True)
     assert send_all(a, payload, Deadline(10.0), SITE, poller=poller) == len(payload)  # type: ignore[arg-type]
     thread.join(10.0)
     assert got == [payload]

@@ -16,11 +16,10 @@ import os
 import resource
 import threading
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
 
-from tpbcast.harness import RankContext, run_ranks, wire
+from tpbcast.harness import RankContext, run_ranks
 from tpbcast.harness.env import NOBODY, as_foreign_uid
 from tpbcast.reference_impl import (
     BroadcasterConfig,
@@ -29,7 +28,7 @@ from tpbcast.reference_impl import (
     CpuTpBroadcaster,
 )
 
-from ._helpers import when_broadcasting
+from ._helpers import peer_of_a_wire_root, when_broadcasting
 
 _CONFIG = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0, io_timeout=10.0)
 
@@ -51,43 +50,6 @@ def _is_open(fd: int) -> bool:
         assert exc.errno == errno.EBADF
         return False
     return True
-
-
-@contextlib.contextmanager
-def _peer_of_a_wire_root(
-    base_path: str, before_probe: Callable[[], None] = lambda: None
-) -> Iterator[CpuTpBroadcaster]:
-    """Rank 1 initialized against a wire-v1 rank 0 in a thread of this process, which
-    reads the rank announcement, runs ``before_probe`` (rank 1 is then blocked waiting
-    for the probe byte, allocating nothing) and sends the probe.  The root's link stays
-    open until the block ends; rank 1 is reset then."""
-    done = threading.Event()
-    failed: list[BaseException] = []
-    listener = wire.listen(wire.socket_path(base_path), 1)
-
-    def root() -> None:
-        try:
-            with wire.accept(listener, wire.Deadline.after(10.0)) as conn:
-                assert wire.recv_exact(conn, 4, wire.Deadline.after(10.0)) == wire.pack_rank(1)
-                before_probe()
-                wire.send_all(conn, bytes([wire.PROBE]), wire.Deadline.after(10.0))
-                assert done.wait(20.0), "the test never finished"
-        except BaseException as exc:  # reported in the rank's main thread
-            failed.append(exc)
-
-    thread = threading.Thread(target=root, daemon=True)
-    thread.start()
-    peer = CpuTpBroadcaster(_CONFIG)
-    try:
-        peer.initialize(1, 2, base_path)
-        yield peer
-    finally:
-        peer.reset()
-        done.set()
-        thread.join(20.0)
-        listener.close()
-        os.unlink(wire.socket_path(base_path))
-    assert not thread.is_alive() and not failed, failed
 
 
 def test_a_retry_out_of_file_descriptors_names_the_failed_accept(base_path: str) -> None:
@@ -140,7 +102,7 @@ def test_reset_closes_an_abort_pipe_at_fd_0(base_path: str) -> None:
     Kills Links.close 1 and 2 ('fd > 0' / 'fd >= 1': fd 0 left open)."""
 
     def rank_main(ctx: RankContext) -> tuple[str, bool]:
-        with _peer_of_a_wire_root(base_path, before_probe=lambda: os.close(0)) as peer:
+        with peer_of_a_wire_root(base_path, before_probe=lambda: os.close(0)) as peer:
             at_0 = os.readlink("/proc/self/fd/0")
             peer.reset()
             still_open = _is_open(0)
@@ -162,7 +124,7 @@ def test_reset_from_another_thread_stops_a_broadcast_whose_abort_pipe_is_fd_0(
 
     def rank_main(ctx: RankContext) -> tuple[str, str]:
         caught: list[BaseException] = []
-        with _peer_of_a_wire_root(base_path, before_probe=lambda: os.close(0)) as peer:
+        with peer_of_a_wire_root(base_path, before_probe=lambda: os.close(0)) as peer:
             at_0 = os.readlink("/proc/self/fd/0").split(":")[0]
 
             def receive() -> None:
@@ -191,7 +153,7 @@ def test_reset_completes_when_the_abort_pipe_was_closed_under_it(base_path: str)
 
     def rank_main(ctx: RankContext) -> tuple[int, bool]:
         before = _open_fds()
-        with _peer_of_a_wire_root(base_path) as peer:
+        with peer_of_a_wire_root(base_path) as peer:
             pipes = [
                 fd
                 for fd, what in _open_fds().items()
