@@ -179,3 +179,24 @@ class CountingPoller:
         self.timeouts.append(timeout)
         self._on_poll()
         return self._real.poll(timeout)
+
+
+def reset_during_a_broadcast(peer: CpuTpBroadcaster, timeout: float = 20.0) -> BaseException:
+    """Run ``peer.broadcast`` in a thread (rank 0 sends nothing, so it waits), call
+    ``peer.reset()`` from this thread while it does, and return what the broadcast raised."""
+    caught: list[BaseException] = []
+
+    def receive() -> None:
+        try:
+            peer.broadcast(bytearray(8))
+        except BaseException as exc:
+            caught.append(exc)
+
+    thread = threading.Thread(target=receive, daemon=True)
+    thread.start()
+    when_broadcasting(peer, timeout)
+    peer.reset()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"the broadcast did not end within {timeout} s of reset()"
+    assert caught, "the broadcast returned although rank 0 sent nothing"
+    return caught[0]

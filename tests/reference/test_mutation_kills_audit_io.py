@@ -47,7 +47,11 @@ from tpbcast.reference_impl import _paths as paths_module
 from tpbcast.reference_impl._io import Deadline, Site, send_all, send_views
 from tpbcast.reference_impl._paths import prepare_socket_path
 
-from ._helpers import CountingPoller, peer_of_a_wire_root, when_broadcasting
+from ._helpers import (
+    CountingPoller,
+    peer_of_a_wire_root,
+    reset_during_a_broadcast,
+)
 
 SITE = Site(rank=0, peer=1, phase="broadcast", path="/tmp/x_0.sock", who="peer 1")
 
@@ -168,7 +172,6 @@ def test_reset_from_another_thread_stops_a_broadcast_whose_abort_write_end_is_fd
     In a forked rank, whose stdin is the harness's /dev/null: fd 0 is free to take."""
 
     def rank_main(ctx: RankContext) -> tuple[bool, str]:
-        caught: list[BaseException] = []
         with peer_of_a_wire_root(base_path) as peer:
             links = peer._links
             os.dup2(links.abort_w, 0, inheritable=False)
@@ -178,19 +181,7 @@ def test_reset_from_another_thread_stops_a_broadcast_whose_abort_write_end_is_fd
                 os.readlink("/proc/self/fd/0") == os.readlink(f"/proc/self/fd/{links.abort_r}")
                 and fcntl.fcntl(0, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
             )
-
-            def receive() -> None:
-                try:
-                    peer.broadcast(bytearray(8))  # rank 0 never sends
-                except BaseException as exc:
-                    caught.append(exc)
-
-            thread = threading.Thread(target=receive, daemon=True)
-            thread.start()
-            when_broadcasting(peer)
-            peer.reset()
-            thread.join(20.0)
-        (err,) = caught
+            err = reset_during_a_broadcast(peer)
         return write_end_at_0, getattr(err, "errno_name", repr(err))
 
     assert run_ranks(rank_main, 1, timeout=60.0).values() == [(True, "ECANCELED")]

@@ -28,7 +28,7 @@ from tpbcast.reference_impl import (
     CpuTpBroadcaster,
 )
 
-from ._helpers import peer_of_a_wire_root, when_broadcasting
+from ._helpers import peer_of_a_wire_root, reset_during_a_broadcast
 
 _CONFIG = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0, io_timeout=10.0)
 
@@ -123,22 +123,9 @@ def test_reset_from_another_thread_stops_a_broadcast_whose_abort_pipe_is_fd_0(
     Kills _Route.build 4 and 5 ('abort_r > 0' / '>= 1': no abort fd for the broadcast)."""
 
     def rank_main(ctx: RankContext) -> tuple[str, str]:
-        caught: list[BaseException] = []
         with peer_of_a_wire_root(base_path, before_probe=lambda: os.close(0)) as peer:
             at_0 = os.readlink("/proc/self/fd/0").split(":")[0]
-
-            def receive() -> None:
-                try:
-                    peer.broadcast(bytearray(8))  # rank 0 never sends
-                except BaseException as exc:
-                    caught.append(exc)
-
-            thread = threading.Thread(target=receive, daemon=True)
-            thread.start()
-            when_broadcasting(peer)
-            peer.reset()
-            thread.join(20.0)
-        (err,) = caught
+            err = reset_during_a_broadcast(peer)
         return at_0, getattr(err, "errno_name", repr(err))
 
     assert run_ranks(rank_main, 1, timeout=60.0).values() == [("pipe", "ECANCELED")]
