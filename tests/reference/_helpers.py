@@ -192,11 +192,27 @@ def reset_during_a_broadcast(peer: CpuTpBroadcaster, timeout: float = 20.0) -> B
         except BaseException as exc:
             caught.append(exc)
 
-    thread = threading.Thread(target=receive, daemon=True)
-    thread.start()
+    thread = in_thread(receive)
     when_broadcasting(peer, timeout)
     peer.reset()
     thread.join(timeout)
     assert not thread.is_alive(), f"the broadcast did not end within {timeout} s of reset()"
     assert caught, "the broadcast returned although rank 0 sent nothing"
     return caught[0]
+
+
+def in_thread(target: Callable[[], None]) -> threading.Thread:
+    """``target`` in a daemon thread, started (the caller joins it with a deadline)."""
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+def fill_send_buffer(sock: socket.socket) -> int:
+    """Write into ``sock`` until its buffer is full (the peer is not reading); bytes written.
+    Through ``socket.socket.send`` itself, so a test's scripted socket subclass is bypassed."""
+    size = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            size += socket.socket.send(sock, bytes(65536), socket.MSG_DONTWAIT)
+    return size

@@ -24,7 +24,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -54,7 +54,7 @@ from tpbcast.reference_impl._errors import errno_name
 from tpbcast.reference_impl._paths import ensure_private_dir, prepare_socket_path
 from tpbcast.reference_impl.conformance_adapter import make
 
-from ._helpers import needs_torch, when_broadcasting
+from ._helpers import in_thread, needs_torch, when_broadcasting
 
 # A base path whose socket path (<base>_0.sock) is 108 bytes: one over sun_path.
 _TOO_LONG = "/tmp/" + "p" * (107 - len("/tmp/") - len("_0.sock") + 1)
@@ -211,12 +211,6 @@ def test_what_sits_at_the_socket_path_is_named(short_dir: str) -> None:
 # -- rank 0's bootstrap, in this process (peers are threads speaking wire v1) ----------
 
 
-def _in_thread(target: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread
-
-
 def _root_error(base: str, world_size: int, init_timeout: float) -> BaseException:
     """Initialize rank 0 (which must fail); return its error, every fd closed again."""
     bcast = CpuTpBroadcaster(BroadcasterConfig(init_timeout=init_timeout))
@@ -247,7 +241,7 @@ def test_a_half_announced_rank_at_the_deadline_is_blamed_with_its_bytes(base_pat
             wire.send_all(sock, wire.pack_rank(1)[:2], wire.Deadline.after(5.0))
             done.wait(10.0)
 
-    thread = _in_thread(half_peer)
+    thread = in_thread(half_peer)
     try:
         err = _root_error(base_path, 2, init_timeout=0.5)
     finally:
@@ -266,7 +260,7 @@ def test_a_joined_peer_that_hangs_up_early_is_named_with_rank_0s_path(base_path:
         with sock:
             wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(5.0))
 
-    thread = _in_thread(quitter)
+    thread = in_thread(quitter)
     try:
         err = _root_error(base_path, 3, init_timeout=10.0)
     finally:
@@ -402,7 +396,7 @@ def _pair(base: str, io_timeout: float) -> Iterator[tuple[CpuTpBroadcaster, CpuT
         except BaseException as exc:  # reported below, in the test's thread
             failed.append(exc)
 
-    thread = _in_thread(init_root)
+    thread = in_thread(init_root)
     try:
         peer.initialize(1, 2, base)
         thread.join(15.0)
@@ -442,7 +436,7 @@ def test_reset_from_another_thread_stops_a_multi_buffer_transfer(base_path: str,
             except BaseException as exc:
                 caught.append(exc)
 
-        thread = _in_thread(transfer)
+        thread = in_thread(transfer)
         when_broadcasting(me)
         started = time.monotonic()
         me.reset()
@@ -474,7 +468,7 @@ def test_a_long_failure_reason_is_kept_to_300_characters(base_path: str) -> None
 
     old = signal.signal(signal.SIGUSR1, stop)
     try:
-        thread = _in_thread(reader)
+        thread = in_thread(reader)
         bcast.initialize(0, 2, base_path)
         with pytest.raises(_LongStopError):
             bcast.broadcast(bytearray(16 << 20))  # blocks: the reader stops reading
@@ -567,7 +561,7 @@ def test_an_empty_two_dimensional_buffer_is_received_next_to_a_full_one(base_pat
             except BaseException as exc:
                 caught.append(exc)
 
-        thread = _in_thread(send)
+        thread = in_thread(send)
         peer.broadcast([memoryview(numpy.zeros((0, 3), numpy.float32)), received])
         thread.join(10.0)
     assert not caught and received == b"ab"
@@ -582,7 +576,7 @@ def _uid_refusal(base_path: str, allowed_uids: tuple[int, ...]) -> SecurityError
             sock = wire.connect(base_path + "_0.sock", wire.Deadline.after(5.0))
             sock.close()
 
-    thread = _in_thread(peer)
+    thread = in_thread(peer)
     try:
         with pytest.raises(SecurityError) as info:
             CpuTpBroadcaster(config).initialize(0, 2, base_path)
@@ -612,7 +606,7 @@ def test_the_pending_connection_cap_lists_every_waiting_connection(base_path: st
         for sock in socks:
             sock.close()
 
-    thread = _in_thread(silent_connections)
+    thread = in_thread(silent_connections)
     try:
         err = _root_error(base_path, 2, init_timeout=10.0)
     finally:
@@ -693,7 +687,7 @@ def test_a_peer_receives_into_a_strided_two_dimensional_view(base_path: str) -> 
             except BaseException as exc:
                 caught.append(exc)
 
-        thread = _in_thread(send)
+        thread = in_thread(send)
         tail = bytearray(1)
         peer.broadcast([memoryview(target[:, ::2]), tail])
         thread.join(10.0)
@@ -738,7 +732,7 @@ def test_a_joined_peer_that_talks_before_the_probe_is_named(base_path: str) -> N
             wire.send_all(sock, wire.pack_rank(1) + b"??", wire.Deadline.after(5.0))
             done.wait(10.0)
 
-    thread = _in_thread(chatty)
+    thread = in_thread(chatty)
     try:
         err = _root_error(base_path, 3, init_timeout=10.0)
     finally:
@@ -778,7 +772,7 @@ def test_an_overlapping_call_is_refused_naming_both_calls(base_path: str) -> Non
             except BaseException as exc:
                 caught.append(exc)
 
-        thread = _in_thread(receive)
+        thread = in_thread(receive)
         when_broadcasting(peer)
         with pytest.raises(BroadcastError) as info:
             peer.broadcast(bytearray(4))
@@ -804,7 +798,7 @@ def test_more_buffers_than_one_sendmsg_takes_arrive_in_order(base_path: str) -> 
             except BaseException as exc:
                 caught.append(exc)
 
-        thread = _in_thread(send)
+        thread = in_thread(send)
         peer.broadcast(received)
         thread.join(20.0)
     assert not caught and [bytes(r) for r in received] == sent
@@ -904,7 +898,7 @@ def test_a_reset_during_a_receive_is_a_peer_closing_with_the_bytes_so_far(
                 assert select.select([conn], [], [], 10.0)[0], "no rank handshake"
                 wire.send_all(conn, bytes([wire.PROBE]) + sent, wire.Deadline.after(10.0))
 
-    thread = _in_thread(partial_root)
+    thread = in_thread(partial_root)
     assert ready.wait(10.0)
     config = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0, io_timeout=10.0)
     peer = CpuTpBroadcaster(config)
@@ -952,7 +946,7 @@ def test_reset_during_initialize_from_another_thread_is_refused(base_path: str) 
         except BaseException as exc:
             caught.append(exc)
 
-    thread = _in_thread(init)
+    thread = in_thread(init)
     deadline = time.monotonic() + 10.0
     while bcast._busy != "initialize":  # white-box, as _when_broadcasting
         assert time.monotonic() < deadline, "initialize never started"
@@ -1005,7 +999,7 @@ def test_several_buffers_wait_for_room_when_the_link_is_already_full(base_path: 
                 sock, len(first) + len(second), wire.Deadline.after(20.0)
             )
 
-    thread = _in_thread(slow_peer)
+    thread = in_thread(slow_peer)
     bcast = CpuTpBroadcaster(BroadcasterConfig(init_timeout=10.0, io_timeout=20.0))
     try:
         bcast.initialize(0, 2, base_path)
@@ -1038,7 +1032,7 @@ def test_a_joined_peer_that_chatters_is_named_with_what_rank_0_read(base_path: s
             wire.send_all(sock, wire.pack_rank(1) + b"?" * 100, wire.Deadline.after(5.0))
             done.wait(10.0)
 
-    thread = _in_thread(chatty)
+    thread = in_thread(chatty)
     try:
         err = _root_error(base_path, 3, init_timeout=10.0)
     finally:
@@ -1073,7 +1067,7 @@ def test_a_joined_peer_whose_link_resets_is_named_with_the_errno(
                 time.sleep(0.001)  # polling with a deadline: rank 0 is accepting
             accepted[0].send(b"x")  # lands in this peer's queue, never read: close resets
 
-    thread = _in_thread(resetting_peer)
+    thread = in_thread(resetting_peer)
     try:
         err = _root_error(base_path, 3, init_timeout=10.0)
     finally:
@@ -1122,7 +1116,7 @@ def test_every_broadcast_is_counted_whichever_path_it_takes(base_path: str) -> N
             except BaseException as exc:
                 caught.append(exc)
 
-        thread = _in_thread(send)
+        thread = in_thread(send)
         for _ in range(2):
             peer.broadcast([bytearray(2), bytearray(1)])
         peer.broadcast([bytearray(0)])
@@ -1208,7 +1202,7 @@ def test_at_exit_every_live_broadcaster_is_reset_even_if_one_refuses(base_path: 
         except BaseException as exc:
             caught.append(exc)
 
-    thread = _in_thread(init)
+    thread = in_thread(init)
     deadline = time.monotonic() + 10.0
     while busy._busy != "initialize":  # white-box, as _when_broadcasting
         assert time.monotonic() < deadline, "initialize never started"
@@ -1338,7 +1332,7 @@ def test_numpy_arrays_of_any_shape_and_layout_travel_whole(base_path: str) -> No
             except BaseException as exc:
                 caught.append(exc)
 
-        thread = _in_thread(send)
+        thread = in_thread(send)
         tail = bytearray(1)
         peer.broadcast([plain, backing[:, ::2], tail])
         thread.join(10.0)
@@ -1409,7 +1403,7 @@ def test_of_several_half_announced_connections_the_first_is_blamed(base_path: st
         with first, second:
             done.wait(10.0)
 
-    thread = _in_thread(two_half_peers)
+    thread = in_thread(two_half_peers)
     try:
         err = _root_error(base_path, 3, init_timeout=0.5)
     finally:
@@ -1433,7 +1427,7 @@ def test_a_duplicate_rank_is_refused_naming_the_rank(base_path: str) -> None:
         for sock in socks:
             sock.close()
 
-    thread = _in_thread(twins)
+    thread = in_thread(twins)
     try:
         err = _root_error(base_path, 3, init_timeout=10.0)
     finally:
@@ -1460,7 +1454,7 @@ def test_a_peer_waits_for_the_probe_only_until_its_init_deadline(base_path: str)
         except BaseException as exc:
             caught.append(exc)
 
-    thread = _in_thread(join)
+    thread = in_thread(join)
     thread.join(10.0)
     alive = thread.is_alive()
     listener.close()  # resets the queued connection: a hung peer wakes up
@@ -1521,7 +1515,7 @@ def test_without_numpy_a_strided_byte_view_is_still_sent(
             except BaseException as exc:
                 caught.append(exc)
 
-        thread = _in_thread(send)
+        thread = in_thread(send)
         target = bytearray(8)
         peer.broadcast(memoryview(target)[::2])
         thread.join(10.0)
@@ -1543,7 +1537,7 @@ def test_rank_0_sends_an_empty_read_only_two_dimensional_view(base_path: str) ->
             except BaseException as exc:
                 caught.append(exc)
 
-        thread = _in_thread(send)
+        thread = in_thread(send)
         received = bytearray(2)
         peer.broadcast([bytearray(0), received])
         thread.join(10.0)
@@ -1567,7 +1561,7 @@ def test_a_peer_names_what_rank_0_did_instead_of_probing(base_path: str, probe: 
                     wire.send_all(conn, probe, wire.Deadline.after(10.0))
                     conn.recv(1)  # wait for the peer to hang up
 
-    thread = _in_thread(root)
+    thread = in_thread(root)
     assert ready.wait(10.0)
     config = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0)
     try:
@@ -1674,7 +1668,7 @@ def test_a_connection_that_hangs_up_mid_rank_is_named_with_its_bytes(
             if hang_up == "reset":
                 accepted[0].send(b"x")  # left unread: closing now resets the link
 
-    thread = _in_thread(truncated)
+    thread = in_thread(truncated)
     try:
         err = _root_error(base_path, 3, init_timeout=10.0)
     finally:
@@ -1728,7 +1722,7 @@ def test_a_failed_read_of_a_rank_announcement_is_named_with_its_errno(
             wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(5.0))
             done.wait(10.0)
 
-    thread = _in_thread(announcing)
+    thread = in_thread(announcing)
     try:
         err = _root_error(base_path, 2, init_timeout=10.0)
     finally:
@@ -1786,7 +1780,7 @@ def test_rank_0_waiting_for_its_peers_sleeps_in_poll(
         with joined, silent:
             done.wait(10.0)
 
-    thread = _in_thread(joined_and_silent)
+    thread = in_thread(joined_and_silent)
     try:
         err = _root_error(base_path, 3, init_timeout=0.3)
     finally:
@@ -1848,7 +1842,7 @@ def test_a_rank_that_arrives_as_the_init_deadline_passes_still_joins(
             wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(5.0))
             probe.append(wire.recv_exact(sock, 1, wire.Deadline.after(5.0)))
 
-    thread = _in_thread(last_peer)
+    thread = in_thread(last_peer)
     bcast = CpuTpBroadcaster(BroadcasterConfig(init_timeout=init_timeout))
     try:
         bcast.initialize(0, 2, base_path)
@@ -1899,7 +1893,7 @@ def test_a_peer_reset_before_the_probe_connects_again(base_path: str) -> None:
                 select.select([conn], [], [], 5.0)
             dropped.append(1)
 
-    thread = _in_thread(resetting_root)
+    thread = in_thread(resetting_root)
     config = BroadcasterConfig(connect_timeout=0.3, connect_retry_interval=0.01)
     try:
         with pytest.raises(PeerClosedError) as info:
@@ -1931,7 +1925,7 @@ def test_a_peer_of_an_abstract_group_names_the_address_when_rank_0_hangs_up(
         with conn:
             wire.recv_exact(conn, 4, wire.Deadline.after(10.0))
 
-    thread = _in_thread(root)
+    thread = in_thread(root)
     config = BroadcasterConfig(connect_timeout=5.0, init_timeout=5.0, abstract_namespace=True)
     try:
         with pytest.raises(PeerClosedError) as info:
@@ -1995,7 +1989,7 @@ def test_rank_0_that_cannot_open_its_abort_pipe_leaves_no_socket_file(
                 wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(5.0))
                 wire.recv_exact(sock, 1, wire.Deadline.after(5.0))
 
-    thread = _in_thread(peer)
+    thread = in_thread(peer)
     with pytest.raises(OSError, match="Too many open files"):
         CpuTpBroadcaster(BroadcasterConfig(init_timeout=10.0)).initialize(0, 2, base_path)
     thread.join(10.0)
@@ -2005,7 +1999,7 @@ def test_rank_0_that_cannot_open_its_abort_pipe_leaves_no_socket_file(
 def test_broadcast_errors_of_an_abstract_group_name_the_at_address(base_path: str) -> None:
     config = BroadcasterConfig(init_timeout=10.0, io_timeout=10.0, abstract_namespace=True)
     root, peer = CpuTpBroadcaster(config), CpuTpBroadcaster(config)
-    thread = _in_thread(lambda: root.initialize(0, 2, base_path))
+    thread = in_thread(lambda: root.initialize(0, 2, base_path))
     try:
         peer.initialize(1, 2, base_path)
         thread.join(10.0)

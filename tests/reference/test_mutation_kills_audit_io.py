@@ -49,6 +49,7 @@ from tpbcast.reference_impl._paths import prepare_socket_path
 
 from ._helpers import (
     CountingPoller,
+    fill_send_buffer,
     peer_of_a_wire_root,
     reset_during_a_broadcast,
 )
@@ -70,15 +71,6 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     finally:
         a.close()
         b.close()
-
-
-def _fill(sock: socket.socket) -> int:
-    """Write into ``sock`` until its buffer is full (the peer is not reading); bytes written."""
-    size = 0
-    with contextlib.suppress(BlockingIOError):
-        while True:
-            size += sock.send(bytes(65536), socket.MSG_DONTWAIT)
-    return size
 
 
 def _in_poll(tid: int) -> bool:
@@ -103,7 +95,7 @@ def test_an_interrupted_error_raised_by_a_signal_handler_while_waiting_for_room_
     take the signal there, and nothing public lets a test see when a broadcast is."""
     assert threading.current_thread() is threading.main_thread(), "signals need the main thread"
     a, b = pair
-    filled = _fill(a)
+    filled = fill_send_buffer(a)
     data = bytes(range(256)) * 64
     writer_tid, writer = threading.get_native_id(), threading.get_ident()
     seen: list[str] = []  # where the handler ran (the function name of its frame)
@@ -215,7 +207,7 @@ def test_a_writer_given_its_own_poller_waits_in_it(
     (the reader drains), so only a send that waits in THAT poller finishes; the mutant
     waits in a poller of its own, where nobody drains, and times out."""
     a, b = pair
-    filled = _fill(a)
+    filled = fill_send_buffer(a)
     data = os.urandom(4096)
     got = bytearray()
     poller = CountingPoller(a, writing=True, on_poll=_drainer(b, got))
@@ -231,7 +223,7 @@ def test_buffers_given_their_own_poller_wait_in_it(
     without ``poller=`` (its send_all of each view).  As above for two buffers: the one
     sendmsg finds the link full (EAGAIN), each view then waits in the caller's poller."""
     a, b = pair
-    filled = _fill(a)
+    filled = fill_send_buffer(a)
     first, second = os.urandom(1000), os.urandom(3000)
     got = bytearray()
     poller = CountingPoller(a, writing=True, on_poll=_drainer(b, got))

@@ -34,7 +34,7 @@ from tpbcast.reference_impl._io import (
     send_views,
 )
 
-from ._helpers import CountingPoller
+from ._helpers import CountingPoller, fill_send_buffer
 
 # Rank 0 writing to peer 2 (``who`` is how the message names the other end).
 SITE = Site(rank=0, peer=2, phase="broadcast", path="/tmp/x_0.sock", who="peer 2")
@@ -95,15 +95,6 @@ def pair() -> Iterator[tuple[_ShimSocket, socket.socket]]:
     finally:
         shim.close()
         b.close()
-
-
-def _fill(sock: socket.socket) -> int:
-    """Write into ``sock`` until its buffer is full (the peer is not reading); bytes written."""
-    size = 0
-    with contextlib.suppress(BlockingIOError):
-        while True:
-            size += socket.socket.send(sock, bytes(65536), socket.MSG_DONTWAIT)
-    return size
 
 
 def _recv_all(sock: socket.socket, size: int) -> bytes:
@@ -168,7 +159,7 @@ def test_waiting_for_room_times_out_naming_the_peer_not_reading(
     pair: tuple[_ShimSocket, socket.socket],
 ) -> None:
     a, _b = pair
-    _fill(a)
+    fill_send_buffer(a)
     with pytest.raises(BroadcastTimeoutError) as info:
         send_all(a, b"x" * 10, Deadline(0.1), SITE, offset=5, total=100)
     err = info.value
@@ -183,7 +174,7 @@ def test_the_abort_pipe_stops_a_send_waiting_for_room_without_a_caller_poller(
     """send_all without a poller builds its own, with the abort pipe in it: an abort
     already requested ends the wait at once (ECANCELED), not at the deadline."""
     a, _b = pair
-    _fill(a)
+    fill_send_buffer(a)
     with _abort_requested() as r, pytest.raises(BroadcastError) as info:
         send_all(a, b"x" * 10, Deadline(3.0), SITE, offset=5, total=100, abort_fd=r)
     err = info.value
@@ -290,7 +281,7 @@ def test_buffers_that_find_the_link_full_time_out_counting_the_whole_transfer(
     pair: tuple[_ShimSocket, socket.socket],
 ) -> None:
     a, _b = pair
-    _fill(a)
+    fill_send_buffer(a)
     views = [memoryview(b"abc"), memoryview(b"de")]
     with pytest.raises(BroadcastTimeoutError) as info:
         send_views(a, views, Deadline(0.1), SITE, total=5)
@@ -317,7 +308,7 @@ def test_waiting_for_room_sleeps_in_poll_even_when_the_peer_talks(
     """A writer waits in poll for room only: bytes the peer sends meanwhile (rank 0 never
     reads during a broadcast) do not wake it into a loop of failed sends."""
     a, b = pair
-    _fill(a)
+    fill_send_buffer(a)
     b.send(b"unexpected")
     with pytest.raises(BroadcastTimeoutError):
         send_all(a, b"x" * 10, Deadline(0.2), SITE)
@@ -489,7 +480,7 @@ def test_a_timeout_is_never_reported_before_its_deadline(
     """With under a millisecond left the writer still waits it out (poll's 1 ms), so a
     timeout's elapsed time is never short of the deadline."""
     a, _b = pair
-    _fill(a)
+    fill_send_buffer(a)
     for _ in range(5):
         with pytest.raises(BroadcastTimeoutError) as info:
             send_all(a, b"x", Deadline(0.0008), SITE)

@@ -29,7 +29,7 @@ from tpbcast.harness import RankContext, run_ranks
 from tpbcast.reference_impl import BroadcasterConfig, BroadcastError, CpuTpBroadcaster, instance
 from tpbcast.reference_impl import _broadcaster as broadcaster_module
 
-from ._helpers import when_broadcasting
+from ._helpers import in_thread, when_broadcasting
 
 _WAIT = 10.0  # how long any step of these tests waits for another thread
 
@@ -38,18 +38,12 @@ class _StopError(Exception):
     """Raised by the SIGUSR1 handler: ends the broadcast it interrupted."""
 
 
-def _in_thread(target: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread
-
-
 @contextlib.contextmanager
 def _pair(base: str) -> Iterator[CpuTpBroadcaster]:
     """Rank 1 of an initialized group of two (rank 0 initializes in a thread)."""
     config = BroadcasterConfig(connect_timeout=_WAIT, init_timeout=_WAIT, io_timeout=30.0)
     root, peer = CpuTpBroadcaster(config), CpuTpBroadcaster(config)
-    thread = _in_thread(lambda: root.initialize(0, 2, base))
+    thread = in_thread(lambda: root.initialize(0, 2, base))
     try:
         peer.initialize(1, 2, base)
         thread.join(_WAIT)
@@ -76,7 +70,7 @@ def _in_a_handler_during_broadcast(peer: CpuTpBroadcaster, body: Callable[[], No
 
     old = signal.signal(signal.SIGUSR1, handler)
     try:
-        thread = _in_thread(signaller)
+        thread = in_thread(signaller)
         with pytest.raises(_StopError):  # the handler ran inside the broadcast
             peer.broadcast(bytearray(4))
         thread.join(_WAIT)
@@ -89,7 +83,7 @@ class _Reset:
 
     def __init__(self, bcast: CpuTpBroadcaster) -> None:
         self.error: BaseException | None = None
-        self.thread = _in_thread(lambda: self._run(bcast))
+        self.thread = in_thread(lambda: self._run(bcast))
 
     def _run(self, bcast: CpuTpBroadcaster) -> None:
         try:
@@ -233,7 +227,7 @@ def test_after_a_reset_that_waited_a_broadcast_takes_no_lock_again(base_path: st
         peer.initialize(0, 1, base_path + "-alone")
         assert peer._state.acquire(timeout=_WAIT)
         try:
-            other = _in_thread(lambda: peer.broadcast(bytearray(1)))
+            other = in_thread(lambda: peer.broadcast(bytearray(1)))
             other.join(_WAIT)
             returned = not other.is_alive()
         finally:

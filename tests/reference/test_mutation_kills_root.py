@@ -29,11 +29,7 @@ from tpbcast.reference_impl import (
     PeerClosedError,
 )
 
-
-def _in_thread(target: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread
+from ._helpers import in_thread
 
 
 def _wait_until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
@@ -61,7 +57,7 @@ def test_a_probe_rank_0_cannot_write_names_the_peer_and_the_probe_phase(base_pat
             wire.send_all(sock, wire.pack_rank(1), wire.Deadline.after(10.0))
             done.wait(10.0)  # keep the write side open until rank 0 has failed
 
-    thread = _in_thread(deaf_peer)
+    thread = in_thread(deaf_peer)
     root = CpuTpBroadcaster(BroadcasterConfig(init_timeout=10.0))
     try:
         with pytest.raises(BroadcastError) as info:
@@ -207,7 +203,7 @@ def test_reset_survives_a_link_fd_closed_behind_the_broadcasters_back(base_path:
     """
     config = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0)
     root, peer = CpuTpBroadcaster(config), CpuTpBroadcaster(config)
-    thread = _in_thread(lambda: root.initialize(0, 2, base_path))
+    thread = in_thread(lambda: root.initialize(0, 2, base_path))
     try:
         peer.initialize(1, 2, base_path)
         thread.join(10.0)
