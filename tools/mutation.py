@@ -260,6 +260,13 @@ def _sample_sizes() -> tuple[dict[str, int], int]:
     return dict(info.get("sizes", {})), int(info.get("seed", 0))
 
 
+def _sample_nothing(seed: int) -> None:
+    """A full run puts every mutant in scope from now on: later ``--pending`` runs (the
+    mutants of a changed function) must not fall back to the default sample."""
+    STAGE.mkdir(exist_ok=True)
+    (STAGE / "sample.json").write_text(json.dumps({"seed": seed, "sizes": {}}))
+
+
 def sample(modules: list[str], size: int, seed: int) -> list[str]:
     """``size`` mutants of each module drawn at random (seeded), among all of its mutants."""
     by_module: dict[str, list[str]] = {}
@@ -807,8 +814,7 @@ def run(opts: argparse.Namespace, modules: list[str]) -> dict[str, Any]:
         "load_before": load_before,
         "load_after": _loadavg(),
         "mutmut_exit": code,
-        # A full run draws no sample: every mutant is in scope.
-        "sample": {} if opts.full else dict(zip(("sizes", "seed"), _sample_sizes(), strict=True)),
+        "sample": dict(zip(("sizes", "seed"), _sample_sizes(), strict=True)),
     }
 
 
@@ -857,6 +863,8 @@ def main() -> int:
     modules = [m.removesuffix(".py") for m in opts.module]
     if not (modules or opts.full or opts.report_only or opts.rerun_survivors):
         opts.pending, modules = True, list(ALL_MODULES)  # the measured plan
+    if opts.full:
+        _sample_nothing(opts.seed)
     info_path = STAGE / "run-info.json"
     if opts.rejudge:
         earlier = json.loads(info_path.read_text()) if info_path.exists() else {}
