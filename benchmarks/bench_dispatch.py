@@ -59,7 +59,7 @@ def _rank_main(
 ) -> dict[str, Any]:
     import torch
 
-    from tpbcast.reference_impl import CpuBroadcastDispatcher, TorchDistributedEngine, bootstrap
+    from tpbcast.reference_impl import CpuBroadcastDispatcher, TorchDistributedEngine
     from tpbcast.reference_impl._broadcaster import CpuTpBroadcaster
     from tpbcast.reference_impl._config import BroadcasterConfig
 
@@ -68,8 +68,7 @@ def _rank_main(
     config = BroadcasterConfig(connect_timeout=10.0, init_timeout=10.0, io_timeout=60.0)
     uds = CpuBroadcastDispatcher(CpuTpBroadcaster(config), engine, rank=rank)
     fallback = CpuBroadcastDispatcher(CpuTpBroadcaster(config), engine, rank=rank)
-    decision = bootstrap(
-        uds,
+    decision = uds.bootstrap(
         tp_rank=rank,
         tp_size=tp,
         local_world_size=tp,
