@@ -221,6 +221,7 @@ def soak(session: nox.Session) -> None:
 
 HARNESS_QUICK = ("--rounds", "1", "--tests", "5", "--mptc-tests", "1", "--reps", "30")
 HARNESS_QUICK += ("--conformance-rounds", "1")
+SOAK_QUICK = ("--broadcasts", "1000", "--window", "100")
 
 
 @nox.session(python=PYTHON)
@@ -242,5 +243,12 @@ def bench(session: nox.Session) -> None:
     # conformance run serial vs -n 2 (~20 min on 2 idle cores; `quick`: one small round);
     # reports/bench/harness*.
     session.run("python", "benchmarks/bench_harness_cost.py", *(HARNESS_QUICK if quick else ()))
-    # reports/bench/bench.md = the section files the benchmarks wrote (broadcast.md, ...).
+    # fd count and RSS per rank over 10,000 broadcasts (first vs last thousand) and RSS per
+    # rank at TP 8: the soak's report (reports/soak/, also `nox -s soak`; ~1 min; `quick`:
+    # 1,000 broadcasts).
+    session.run(
+        "python", "benchmarks/soak.py", "--seed", "20261201", *(SOAK_QUICK if quick else ())
+    )
+    # reports/bench/bench.md = the section files the benchmarks wrote (broadcast.md, ...),
+    # then reports/soak/soak.md.
     session.run("python", "benchmarks/bench_summary.py")

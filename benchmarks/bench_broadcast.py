@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _bcast_inprocess as inprocess
 import _bcast_methods as methods
 import _bcast_report as report
 
@@ -205,6 +206,12 @@ def main(argv: list[str] | None = None) -> int:
         raw = result.outcomes[0].value
         run["groups"][str(tp)] = report.summarise(raw, sizes, args.methods)
         print(f"  TP {tp}: {time.monotonic() - t0:.1f} s")
+    if "reference" in args.methods:  # where its extra time goes, without any IPC
+        from tpbcast.harness import load_implementation
+
+        run["inprocess"] = inprocess.measure(
+            load_implementation(args.impl), io_deadline=methods.IO_DEADLINE
+        )
     run["wall_s"] = time.monotonic() - t_start
     run["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     out = Path(args.out)

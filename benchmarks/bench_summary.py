@@ -4,7 +4,10 @@ Each benchmark owns one section file in ``reports/bench/`` (``broadcast.md`` fro
 ``bench_broadcast.py``, ``harness.md`` from the harness benchmarks, ...) and never writes
 ``bench.md`` itself, so benchmarks written by different people never collide.  This script
 concatenates the sections in a fixed order (known names first, then any other ``*.md``
-alphabetically) under one header; a missing section is listed as not run.
+alphabetically) under one header; a missing section is listed as not run.  Reports that
+live in a sibling folder because their own nox session writes them too (``soak``: fd count
+and RSS per rank over 10,000 broadcasts, RSS per rank at TP 8, from ``benchmarks/soak.py``)
+are appended with their image links pointed at that folder.
 
     python benchmarks/bench_summary.py [--dir reports/bench]
 """
@@ -12,11 +15,25 @@ alphabetically) under one header; a missing section is listed as not run.
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from pathlib import Path
 
 ORDER = ("broadcast", "harness")
+SIBLINGS = ("soak",)  # reports/<name>/<name>.md, written by benchmarks/<name>.py
 SUMMARY = "bench.md"
+_LOCAL_LINK = re.compile(r"\]\((?![a-z]+:|/|\.\./)([^)]+)\)")
+_HEADING = re.compile(r"^(#+) ", re.MULTILINE)
+
+
+def sibling_section(folder: Path, name: str) -> str | None:
+    """``../<name>/<name>.md`` with its relative links rewritten to point into that folder
+    and its headings one level down (it is a section here, under the summary's title)."""
+    path = folder.parent / name / f"{name}.md"
+    if not path.exists():
+        return None
+    text = _LOCAL_LINK.sub(rf"](../{name}/\1)", path.read_text().rstrip())
+    return _HEADING.sub(r"#\1 ", text)
 
 
 def sections(folder: Path) -> list[Path]:
@@ -32,19 +49,23 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
     parts = sections(folder)
+    siblings = {name: sibling_section(folder, name) for name in SIBLINGS}
     missing = [name for name in ORDER if not (folder / f"{name}.md").exists()]
+    missing += [f"../{name}/{name}.md" for name, text in siblings.items() if text is None]
     head = [
         "# tpbcast benchmarks",
         "",
         f"Assembled {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} by "
         "`benchmarks/bench_summary.py` from the section files in this folder: "
         + ", ".join(f"[{p.name}]({p.name})" for p in parts)
+        + "".join(f", [{n}](../{n}/{n}.md)" for n, text in siblings.items() if text)
         + ". Every number is a ratio or a distribution measured in one run, with the "
         "run's load average; none is a pass/fail bar of the test suite.",
     ]
     if missing:
         head.append(f"Not run into this folder yet: {', '.join(missing)}.")
     body = [p.read_text().rstrip() for p in parts]
+    body += [text for text in siblings.values() if text]
     (folder / SUMMARY).write_text("\n\n".join(["\n".join(head), *body]) + "\n")
     print(f"wrote {folder / SUMMARY} from {len(parts)} section(s)")
     return 0
