@@ -20,11 +20,13 @@ Output: ``reports/bench/broadcast.md`` (tables, goal ratios, load average at sta
 
     python benchmarks/bench_broadcast.py [--tp 2 4 8] [--sizes 64 4096 ...] [--quick]
         [--scale 1.0] [--pin split] [--impl module:factory] [--out reports/bench]
+    python benchmarks/bench_broadcast.py --report [--out reports/bench]   # re-render only
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -163,7 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--impl", default=DEFAULT_IMPL)
     parser.add_argument("--out", default="reports/bench")
     parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument(
+        "--report", action="store_true", help="only re-render the report from --out's json"
+    )
     args = parser.parse_args(argv)
+    if args.report:  # e.g. after a change to the report's text: same numbers, new page
+        out = Path(args.out)
+        report.write(json.loads((out / "broadcast.json").read_text()), out)
+        print(f"re-rendered {out}/broadcast.md and broadcast_*.png from broadcast.json")
+        return 0
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     scale = args.scale * (0.1 if args.quick else 1.0)
 
