@@ -170,8 +170,8 @@ def _large_sizes() -> list[str]:
         "BlockingIOError raised and caught in Python), `poll`s for POLLOUT; each peer "
         "`poll`s before every further read (each wait bounded by the call's deadline and "
         "watching the abort pipe). That is a few µs per socket-buffer chunk, a few per "
-        "cent of a multi-MiB round. These cells also move by about ±10 % between runs (few rounds per size; "
-        "see the spread of the block medians in the tables below).",
+        "cent of a multi-MiB round. These cells also move by about ±10 % between runs "
+        "(few rounds per size; see the spread of the block medians in the tables below).",
     ]
 
 
