@@ -19,6 +19,7 @@ and reaps every rank: a group never outlives its ``run_ranks`` call.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import math
 import os
@@ -28,7 +29,6 @@ import time
 from collections.abc import Callable, Mapping
 
 from ._channel import RecordWriter, read_records
-from ._context import RankContext
 from ._faults import FaultPlan
 from ._forksafety import check_fork_safety, ranks_need_single_torch
 from ._mesh import Mesh
@@ -131,25 +131,20 @@ def _is_coverage_handler(handler: object) -> bool:
     )
 
 
-def _fork(
-    spec: RankSpec,
-    ctx: RankContext,
-    writer: RecordWriter,
-    target: Callable[..., object],
-    args: tuple[object, ...],
-) -> int:
-    # The child runs rank_main (which restores spec.signal_mask once its handlers exist)
-    # and never comes back here.
-    pid = fork_holding_signals(
-        lambda: rank_main(spec, ctx, writer, target, args), exit_code=EXIT_BOOTSTRAP
-    )
-    # Also done by the child; whoever runs first wins the race. OSError: the child already
-    # did it or is gone.
+def _fork(child: Callable[[], None]) -> int:
+    """Fork one rank that runs ``child`` (``rank_main``, which restores the signal mask once
+    its handlers exist and never comes back here); returns its pid.  A seam for tests."""
+    return fork_holding_signals(child, exit_code=EXIT_BOOTSTRAP)
+
+
+def _own_group(pid: int) -> None:
+    """Put a rank in its own process group from the parent's side too (the rank does it
+    first thing; whoever runs first wins the race).  OSError: the rank already did it, or
+    is gone."""
     try:  # noqa: SIM105 - contextlib.suppress costs copy-on-write faults here
         os.setpgid(pid, pid)
     except OSError:
         pass
-    return pid
 
 
 Target = Callable[..., object]
@@ -341,8 +336,8 @@ def _fork_all(
     targets: tuple[Target, ...],
     args: tuple[object, ...],
 ) -> None:
-    """Fork every rank, appending to ``ranks`` as we go (so a failure midway still kills
-    and reaps the ones already started).
+    """Fork every rank, then append each to ``ranks`` and ``reaper`` (also when a fork
+    fails midway: the ones already started are killed and reaped by the caller).
 
     gc.freeze: a garbage collection in a rank would otherwise walk every object it
     inherited and copy-on-write fault the whole heap (tens of ms with torch loaded).
@@ -351,18 +346,28 @@ def _fork_all(
     """
     writers = [RecordWriter(spec.capture.results) for spec in specs]
     contexts = [make_context(spec, mesh, w) for spec, w in zip(specs, writers, strict=True)]
+    children = [
+        functools.partial(rank_main, spec, contexts[spec.rank], writers[spec.rank], t, args)
+        for spec, t in zip(specs, targets, strict=True)
+    ]
+    forked: list[tuple[int, int, float]] = []  # (rank, pid, forked_at)
     freeze = gc.isenabled() and gc.get_freeze_count() == 0
     if freeze:
         gc.freeze()
     try:
-        for spec in specs:
+        # Nothing but the forks in this loop: every page the parent writes while a rank
+        # lives is a copy-on-write fault, and a page written between two forks is copied
+        # again after the next one.  The bookkeeping waits for the last fork.
+        for spec, child in zip(specs, children, strict=True):
             forked_at = time.monotonic()
-            pid = _fork(spec, contexts[spec.rank], writers[spec.rank], targets[spec.rank], args)
-            ranks.append(RankState(spec.rank, pid, forked_at))
-            reaper.add(pid)
+            forked.append((spec.rank, _fork(child), forked_at))
     finally:
         if freeze:
             gc.unfreeze()
+        for rank, pid, forked_at in forked:
+            _own_group(pid)
+            ranks.append(RankState(rank, pid, forked_at))
+            reaper.add(pid)
 
 
 def _supervise(

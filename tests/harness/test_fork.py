@@ -116,3 +116,43 @@ def test_a_child_the_caller_never_learns_of_is_killed_and_reaped() -> None:
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # already reaped by the function
     assert _mask() == before
+
+
+def test_a_rank_fork_that_fails_midway_takes_the_started_ranks_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """run_ranks forks every rank first and records them after the last fork: when the
+    second fork fails (EAGAIN: out of processes), the first rank must still be known to the
+    runner, and so killed and reaped before the error reaches the caller."""
+    import errno
+    import select
+
+    from tpbcast.harness import _runner, run_ranks
+
+    real_fork = _runner._fork
+    started: list[int] = []
+
+    def second_fork_fails(child: Any) -> int:
+        if started:
+            raise BlockingIOError(errno.EAGAIN, "fork: Resource temporarily unavailable")
+        pid = real_fork(child)
+        started.append(pid)
+        return pid
+
+    def blocks(ctx: Any) -> None:
+        select.select([], [], [], 60.0)  # runs until the runner kills it
+
+    monkeypatch.setattr(_runner, "_fork", second_fork_fails)
+    try:
+        with pytest.raises(BlockingIOError, match="Resource temporarily unavailable"):
+            run_ranks(blocks, 2, timeout=30.0)
+        assert len(started) == 1  # the fault happened: one rank up, the second fork failed
+        with pytest.raises(ChildProcessError):  # reaped: no longer our child
+            os.waitpid(started[0], os.WNOHANG)
+    finally:
+        for pid in started:  # a wrong runner left it running: do not leave it behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
