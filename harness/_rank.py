@@ -13,7 +13,6 @@ import os
 import pickle
 import signal
 import sys
-import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -280,7 +279,6 @@ def _run(
     # 7. The target, with the fd snapshot around it when asked; ctx and the writer (on
     #    the res capture fd) were built in the parent (make_context).
     before = open_fds() if spec.check_fds else set()
-    started = time.monotonic()
     try:
         value = target(ctx, *args)
     except SystemExit as exc:
@@ -295,7 +293,6 @@ def _run(
                 "type": _exc_type_name(exc),
                 "message": _exc_message(exc),
                 "traceback": "".join(traceback.format_exception(exc)),
-                "duration": time.monotonic() - started,
                 "exception": _pickled_or_none(exc),
             },
         )
@@ -303,7 +300,7 @@ def _run(
         return 1
     _finish(spec, writer, before)
     try:
-        writer.write("ok", {"value": value, "duration": time.monotonic() - started})
+        writer.ok(value)
     except Exception as exc:
         writer.write(
             "raised",
@@ -314,7 +311,6 @@ def _run(
                     f"that cannot be pickled back to the runner: {type(exc).__name__}: {exc}"
                 ),
                 "traceback": "".join(traceback.format_exception(exc)),
-                "duration": time.monotonic() - started,
             },
         )
         _flush_and_save()

@@ -52,3 +52,37 @@ def test_mesh_sees_a_peer_end_and_keeps_its_messages():
         os.close(fd)
     assert end0.ended == {1}
     assert end0.messages == [("N", 1, "hello")]
+
+
+def test_the_record_of_a_returned_none_is_the_same_as_a_pickled_one(tmp_path):
+    """``ok(None)`` writes bytes built once at import (no pickling in a fresh rank); they
+    read back exactly like ``ok`` of any other value, and a short write finishes in order."""
+    path = str(tmp_path / "res")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    writer = RecordWriter(fd)
+    writer.ok(None)
+    writer.ok(0)
+    os.close(fd)
+    assert [(r.kind, r.payload) for r in read_records(path)] == [
+        ("ok", {"value": None}),
+        ("ok", {"value": 0}),
+    ]
+
+
+def test_a_short_write_is_finished_in_order(tmp_path, monkeypatch):
+    path = str(tmp_path / "res")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    real_write = os.write
+
+    def three_bytes_at_a_time(target, data):
+        return real_write(target, bytes(data[:3]))
+
+    monkeypatch.setattr(os, "write", three_bytes_at_a_time)
+    RecordWriter(fd).ok(None)
+    RecordWriter(fd).write("fault", {"a": 1})
+    monkeypatch.undo()
+    os.close(fd)
+    assert [(r.kind, r.payload) for r in read_records(path)] == [
+        ("ok", {"value": None}),
+        ("fault", {"a": 1}),
+    ]
