@@ -227,28 +227,32 @@ SOAK_QUICK = ("--broadcasts", "1000", "--window", "100")
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Ratio benchmarks (never timed assertions): UDS vs fallback path, broadcast vs its
-    baselines, harness cost per test and over a bare fork."""
+    baselines, harness cost per test and over a bare fork, the soak's fd/RSS; one summary,
+    reports/bench/bench.md.  ``-- quick``: a smoke run of each, written under
+    .nox/bench/tmp/quick/ so the committed reports stay as they are."""
     # matplotlib: the PNG plots in reports/bench/; expecttest: torch's MultiProcessTestCase
     # (torch.testing._internal.common_distributed), the baseline of bench_harness_cost.py.
     _install_project(session, "matplotlib", "expecttest")
     # `quick` selects the smoke runs of the benchmarks below; other posargs go to this one.
-    quick = ["--quick"] if "quick" in session.posargs else []
+    quick = "quick" in session.posargs
     rest = [arg for arg in session.posargs if arg != "quick"]
+    reports = f"{session.create_tmp()}/quick" if quick else "reports"
     session.run("python", "benchmarks/bench_dispatch.py", *rest)
-    # Broadcast latency/throughput vs size, reference vs its baselines (~6 min; `quick`:
-    # 4 sizes, a tenth of the rounds); reports/bench/broadcast*.
-    session.run("python", "benchmarks/bench_broadcast.py", *quick)
+    # Broadcast latency/throughput vs size, reference vs its baselines (~1 min on 2 idle
+    # cores; `quick`: 4 sizes, a tenth of the rounds); <reports>/bench/broadcast*.
+    out = ("--out", f"{reports}/bench")
+    session.run("python", "benchmarks/bench_broadcast.py", *out, *(["--quick"] if quick else []))
     # Per-test cost of a multi-rank test (tpbcast_run vs torch's MultiProcessTestCase and
     # MultiProcContinuousTest), run_ranks vs a bare fork, fork cost vs parent size, the
-    # conformance run serial vs -n 2 (~20 min on 2 idle cores; `quick`: one small round);
-    # reports/bench/harness*.
-    session.run("python", "benchmarks/bench_harness_cost.py", *(HARNESS_QUICK if quick else ()))
+    # conformance run serial vs -n 2 (~8 min on 2 idle cores; `quick`: one small round);
+    # <reports>/bench/harness*.
+    harness_quick = HARNESS_QUICK if quick else ()
+    session.run("python", "benchmarks/bench_harness_cost.py", *out, *harness_quick)
     # fd count and RSS per rank over 10,000 broadcasts (first vs last thousand) and RSS per
-    # rank at TP 8: the soak's report (reports/soak/, also `nox -s soak`; ~1 min; `quick`:
+    # rank at TP 8: the soak's report (<reports>/soak/, also `nox -s soak`; ~15 s; `quick`:
     # 1,000 broadcasts).
-    session.run(
-        "python", "benchmarks/soak.py", "--seed", "20261201", *(SOAK_QUICK if quick else ())
-    )
-    # reports/bench/bench.md = the section files the benchmarks wrote (broadcast.md, ...),
-    # then reports/soak/soak.md.
-    session.run("python", "benchmarks/bench_summary.py")
+    soak = ("--seed", "20261201", "--report-dir", f"{reports}/soak")
+    session.run("python", "benchmarks/soak.py", *soak, *(SOAK_QUICK if quick else ()))
+    # <reports>/bench/bench.md = the section files the benchmarks wrote (broadcast.md, ...),
+    # then <reports>/soak/soak.md.
+    session.run("python", "benchmarks/bench_summary.py", "--dir", f"{reports}/bench")

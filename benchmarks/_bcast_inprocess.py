@@ -12,13 +12,15 @@ between methods are the code itself:
   already there, so nothing waits.
 
 So ``raw + poll - raw`` is what the peer's ``poll`` costs, and ``implementation - (raw +
-poll)`` is the implementation's Python per round (both sides).  Methods run in
+poll)`` is the implementation's Python per round (both sides, the adapter's one-line
+wrapper call included).  It runs in the benchmark's parent process, unpinned.  Methods run in
 interleaved blocks (rotating order); each value is the median over blocks of the mean
 round time in a block.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -34,10 +36,10 @@ SIZE = 64  # bytes per round: the small-size goal's smallest cell
 _FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
-def _pair_of_ranks(impl: Any, io_deadline: float) -> tuple[Any, Any, str]:
+def _pair_of_ranks(impl: Any, io_deadline: float, workdir: str) -> tuple[Any, Any]:
     """Rank 0 and rank 1 of a 2-rank group in this process (rank 0 bootstraps in a thread:
-    initialize returns only once both ends are connected)."""
-    workdir = tempfile.mkdtemp(prefix="tpbip", dir="/tmp")
+    initialize returns only once both ends are connected).  On failure both are reset and
+    rank 0's thread is joined before the error leaves."""
     base = os.path.join(workdir, "g")
     ranks = [impl.create(), impl.create()]
     for rank in ranks:
@@ -51,13 +53,24 @@ def _pair_of_ranks(impl: Any, io_deadline: float) -> tuple[Any, Any, str]:
         except BaseException as exc:  # reported below, in the caller's thread
             failure.append(exc)
 
-    thread = threading.Thread(target=root, name="bench-inprocess-rank0")
+    thread = threading.Thread(target=root, name="bench-inprocess-rank0", daemon=True)
     thread.start()
-    ranks[1].initialize(1, 2, base)
-    thread.join(60.0)
-    if thread.is_alive() or failure:
-        raise RuntimeError(f"in-process 2-rank group did not come up: {failure or 'rank 0 hung'}")
-    return ranks[0], ranks[1], workdir
+    try:
+        ranks[1].initialize(1, 2, base)
+        thread.join(60.0)
+        if thread.is_alive() or failure:
+            raise RuntimeError(f"in-process rank 0 did not come up: {failure or 'it hung'}")
+    except BaseException:
+        _reset_all(ranks)  # a rank 0 still accepting gives up at its init deadline
+        thread.join(60.0)
+        raise
+    return ranks[0], ranks[1]
+
+
+def _reset_all(ranks: list[Any]) -> None:
+    for rank in ranks:
+        with contextlib.suppress(Exception):
+            rank.reset()
 
 
 def measure(
@@ -66,34 +79,41 @@ def measure(
     """Median round time (µs) per method; see the module docstring."""
     src = memoryview(bytearray(os.urandom(SIZE)))
     dst = memoryview(bytearray(SIZE))
-    blocking = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    polled = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    for sock in polled:
-        sock.setblocking(False)
-    poller = select.poll()
-    poller.register(polled[1].fileno(), select.POLLIN)
-    root, peer, workdir = _pair_of_ranks(impl, io_deadline)
-
-    def raw() -> None:
-        blocking[0].sendall(src)
-        blocking[1].recv_into(dst)
-
-    def raw_poll() -> None:
-        polled[0].send(src, _FLAGS)
-        poller.poll(30_000)
-        polled[1].recv_into(dst)
-
-    def implementation() -> None:
-        root.broadcast(src)
-        peer.broadcast(dst)
-
-    methods: list[tuple[str, Callable[[], None]]] = [
-        ("raw", raw),
-        ("raw + poll", raw_poll),
-        ("implementation", implementation),
-    ]
-    block_means: dict[str, list[float]] = {name: [] for name, _ in methods}
+    workdir = tempfile.mkdtemp(prefix="tpbip", dir="/tmp")
+    sockets: list[socket.socket] = []
+    ranks: list[Any] = []
+    block_means: dict[str, list[float]] = {
+        name: [] for name in ("raw", "raw + poll", "implementation")
+    }
     try:
+        blocking = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        polled = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        sockets += [*blocking, *polled]
+        for sock in polled:
+            sock.setblocking(False)
+        poller = select.poll()
+        poller.register(polled[1].fileno(), select.POLLIN)
+        root, peer = _pair_of_ranks(impl, io_deadline, workdir)
+        ranks += [root, peer]
+
+        def raw() -> None:
+            blocking[0].sendall(src)
+            blocking[1].recv_into(dst)
+
+        def raw_poll() -> None:
+            polled[0].send(src, _FLAGS)
+            poller.poll(30_000)
+            polled[1].recv_into(dst)
+
+        def implementation() -> None:
+            root.broadcast(src)
+            peer.broadcast(dst)
+
+        methods: list[tuple[str, Callable[[], None]]] = [
+            ("raw", raw),
+            ("raw + poll", raw_poll),
+            ("implementation", implementation),
+        ]
         implementation()  # one checked round first: the peer must get rank 0's bytes
         if bytes(dst) != bytes(src):
             raise AssertionError("in-process round: the peer did not receive rank 0's bytes")
@@ -105,9 +125,8 @@ def measure(
                     call()
                 block_means[name].append((time.perf_counter_ns() - t0) / per_block / 1000.0)
     finally:
-        root.reset()
-        peer.reset()
-        for sock in (*blocking, *polled):
+        _reset_all(ranks)
+        for sock in sockets:
             sock.close()
         shutil.rmtree(workdir, ignore_errors=True)
     us = {name: statistics.median(means) for name, means in block_means.items()}

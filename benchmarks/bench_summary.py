@@ -22,18 +22,30 @@ from pathlib import Path
 ORDER = ("broadcast", "harness")
 SIBLINGS = ("soak",)  # reports/<name>/<name>.md, written by benchmarks/<name>.py
 SUMMARY = "bench.md"
-_LOCAL_LINK = re.compile(r"\]\((?![a-z]+:|/|\.\./)([^)]+)\)")
-_HEADING = re.compile(r"^(#+) ", re.MULTILINE)
+# A relative link target: not a URL (any scheme, any case), not absolute, not already
+# "../", not an in-page "#anchor" (anchors resolve in bench.md once the section is inlined).
+_LOCAL_LINK = re.compile(r"\]\((?![a-zA-Z][a-zA-Z0-9+.-]*:|/|\.\./|#)([^)]+)\)")
+_HEADING = re.compile(r"^(#+) ")
+_FENCE = re.compile(r"^\s*(```|~~~)")
 
 
 def sibling_section(folder: Path, name: str) -> str | None:
     """``../<name>/<name>.md`` with its relative links rewritten to point into that folder
-    and its headings one level down (it is a section here, under the summary's title)."""
+    and its headings one level down (it is a section here, under the summary's title);
+    lines inside fenced code blocks are left as they are."""
     path = folder.parent / name / f"{name}.md"
     if not path.exists():
         return None
-    text = _LOCAL_LINK.sub(rf"](../{name}/\1)", path.read_text().rstrip())
-    return _HEADING.sub(r"#\1 ", text)
+    lines, fenced = [], False
+    for line in path.read_text().rstrip().splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+            lines.append(line)
+        elif fenced:
+            lines.append(line)
+        else:
+            lines.append(_HEADING.sub(r"#\1 ", _LOCAL_LINK.sub(rf"](../{name}/\1)", line)))
+    return "\n".join(lines)
 
 
 def sections(folder: Path) -> list[Path]:

@@ -51,7 +51,10 @@ def _mib(value: int) -> str:
     return f"{value / MIB:.1f}"
 
 
-def render_markdown(report: SoakReport, loadavg: tuple[str, str], command: str) -> str:
+def render_markdown(
+    report: SoakReport, loadavg: tuple[str, str], command: str, *, image: str | None = None
+) -> str:
+    """The report page; ``image``: the plot's file name beside it (embedded when given)."""
     c, t = report.config, report.totals
     lines = [
         "# Soak",
@@ -118,6 +121,8 @@ def render_markdown(report: SoakReport, loadavg: tuple[str, str], command: str) 
         for r in report.ranks:
             lines.append(f"- rank {r.rank}: " + ", ".join(f"{m:.1f}" for m in r.window_means_mib))
         lines.append("")
+        if image is not None:
+            lines += [f"![fd count and RSS per rank over the run]({image})", ""]
     if report.rss_sample:
         lines += [
             f"## RSS per rank at TP {c.rss_tp} (after init + {len(report.rss_sample[0]['sizes'])}"
@@ -225,7 +230,11 @@ def run_length(values: list[int]) -> list[list[int]]:
 
 def write_reports(report: SoakReport, out: Path, loadavg: tuple[str, str], command: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "soak.md").write_text(render_markdown(report, loadavg, command))
+    plotted = bool(report.raw) and plot(report, out / "soak.png")
+    if report.raw and not plotted:
+        print("matplotlib not installed: no soak.png", file=sys.stderr)
+    image = "soak.png" if plotted else None
+    (out / "soak.md").write_text(render_markdown(report, loadavg, command, image=image))
     data = {
         "config": asdict(report.config),
         "ok": report.ok,
@@ -248,5 +257,3 @@ def write_reports(report: SoakReport, out: Path, loadavg: tuple[str, str], comma
         "failure": report.failure,
     }
     (out / "soak.json").write_text(json.dumps(data, indent=1))
-    if report.raw and not plot(report, out / "soak.png"):
-        print("matplotlib not installed: no soak.png", file=sys.stderr)

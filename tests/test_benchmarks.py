@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tpbcast.harness import load_implementation, run_ranks
 
@@ -28,19 +31,26 @@ import bench_broadcast  # noqa: E402
 def test_bench_dispatch_times_both_paths(tmp_path: Path) -> None:
     """The script end to end (its own forked ranks, a gloo group, both dispatch paths)."""
     out = tmp_path / "dispatch.json"
-    run = subprocess.run(
+    # Its own session: on a timeout the script and the ranks it forked go with one killpg.
+    proc = subprocess.Popen(
         [
             sys.executable,
             str(BENCHMARKS / "bench_dispatch.py"),
             *("--tp", "2", "--sizes", "64", "--iters", "20", "--warmup", "2"),
             *("--json", str(out)),
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        check=False,
+        start_new_session=True,
     )
-    assert run.returncode == 0, f"bench_dispatch failed:\n{run.stdout}\n{run.stderr}"
+    try:
+        stdout, stderr = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"bench_dispatch hung for 240 s:\n{stdout}\n{stderr}") from None
+    assert proc.returncode == 0, f"bench_dispatch failed:\n{stdout}\n{stderr}"
     cell = json.loads(out.read_text())["groups"]["tp2/64"]
     for path in ("uds", "fallback"):
         assert cell[path]["n"] == 20, cell
@@ -94,11 +104,62 @@ def test_the_summary_takes_in_the_soak_report_as_a_section(tmp_path: Path) -> No
     (bench / "broadcast.md").write_text("## Broadcast\n\n![plot](broadcast_ratio.png)\n")
     (soak / "soak.md").write_text(
         "# Soak\n\n## RSS\n\n![rss](soak.png) [spec](https://x/y) [up](../other.md)\n"
+        "[top](#verdicts) [abs](/srv/x.md) [caps](HTTPS://x/z)\n\n```\n# not a heading\n"
+        "[kept](soak.json)\n```\n"
     )
     assert bench_summary.main(["--dir", str(bench)]) == 0
     text = (bench / "bench.md").read_text()
     assert "![plot](broadcast_ratio.png)" in text  # this folder's links stay as they are
     assert "\n## Soak\n" in text and "\n### RSS\n" in text
     assert "![rss](../soak/soak.png) [spec](https://x/y) [up](../other.md)" in text
+    assert "[top](#verdicts) [abs](/srv/x.md) [caps](HTTPS://x/z)" in text
+    assert "```\n# not a heading\n[kept](soak.json)\n```" in text  # code is left alone
     assert text.index("## Broadcast") < text.index("## Soak")
     assert "Not run into this folder yet: harness." in text
+
+
+class _RefusingRank:
+    """An implementation's rank whose initialize fails (rank 1 at once, rank 0 too)."""
+
+    resets = 0
+
+    def initialize(self, rank: int, world_size: int, base_path: str) -> None:
+        raise RuntimeError(f"rank {rank} refuses to initialize")
+
+    def reset(self) -> None:
+        type(self).resets += 1
+
+
+class _RefusingImplementation:
+    def supports(self, capability: str) -> bool:
+        return False
+
+    def create(self) -> _RefusingRank:
+        return _RefusingRank()
+
+
+def test_a_failed_in_process_split_leaves_nothing_behind_and_is_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both ranks reset, rank 0's thread gone, the temporary directory removed; and the
+    report says why the split is missing instead of losing the sweep."""
+    import tempfile
+    import threading
+
+    made: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def recording_mkdtemp(*args: object, **kwargs: object) -> str:
+        path = real_mkdtemp(*args, **kwargs)  # type: ignore[call-overload]
+        made.append(path)
+        return path
+
+    monkeypatch.setattr(inprocess.tempfile, "mkdtemp", recording_mkdtemp)
+    _RefusingRank.resets = 0
+    with pytest.raises(RuntimeError, match="rank 1 refuses to initialize"):
+        inprocess.measure(_RefusingImplementation(), io_deadline=1.0, blocks=1, per_block=1)
+    assert _RefusingRank.resets == 2
+    assert not [t for t in threading.enumerate() if t.name == "bench-inprocess-rank0"]
+    assert len(made) == 1 and not os.path.exists(made[0]), made
+    page = "\n".join(report._where_the_time_goes({"inprocess_error": "RuntimeError: no"}))
+    assert "The in-process split was not measured: RuntimeError: no." in page
