@@ -184,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="reports/bench")
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument(
-        "--report", action="store_true", help="only re-render the report from --out's json"
+        "--report",
+        action="store_true",
+        help="only re-render the report from --out's json (every other flag is ignored)",
     )
     args = parser.parse_args(argv)
     if args.report:  # e.g. after a change to the report's text: same numbers, new page
