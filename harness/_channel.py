@@ -14,7 +14,7 @@ import pickle
 import struct
 from dataclasses import dataclass
 
-__all__ = ["Record", "RecordWriter", "read_all", "read_records"]
+__all__ = ["Record", "RecordWriter", "frame", "ok_record", "read_all", "read_records"]
 
 _LEN = struct.Struct("<I")
 
@@ -27,8 +27,9 @@ class Record:
     payload: object
 
 
-def _frame(kind: str, payload: object) -> bytes:
-    """One record: ``<u32 length><pickle of (kind, payload)>``."""
+def frame(kind: str, payload: object) -> bytes:
+    """One record, ready to append: ``<u32 length><pickle of (kind, payload)>``; raises
+    ``pickle.PicklingError``/``TypeError`` for a payload that does not pickle."""
     body = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
     return _LEN.pack(len(body)) + body
 
@@ -37,7 +38,12 @@ def _frame(kind: str, payload: object) -> bytes:
 # nothing), built once at import in the parent: a rank then writes these bytes and runs
 # no pickling at all.  In a freshly forked child, pickling and framing one small record
 # touches ~0.2 ms worth of pages that a plain os.write of prebuilt bytes does not.
-_OK_NONE = _frame("ok", {"value": None})
+_OK_NONE = frame("ok", {"value": None})
+
+
+def ok_record(value: object) -> bytes:
+    """The ``"ok"`` record of a target that returned ``value`` (errors as :func:`frame`)."""
+    return _OK_NONE if value is None else frame("ok", {"value": value})
 
 
 class RecordWriter:
@@ -47,18 +53,17 @@ class RecordWriter:
         self.fd = fd
 
     def write(self, kind: str, payload: object) -> None:
-        """Pickle and append; raises ``pickle.PicklingError``/``TypeError`` for bad payloads
-        *before* writing anything, so a failed record never corrupts the channel."""
-        self._append(_frame(kind, payload))
+        """Pickle and append; a payload that does not pickle raises *before* anything is
+        written, so a failed record never corrupts the channel."""
+        self.append(frame(kind, payload))
 
-    def ok(self, value: object) -> None:
-        """The ``"ok"`` record of a target that returned ``value`` (same errors as
-        :meth:`write`)."""
-        self._append(_OK_NONE if value is None else _frame("ok", {"value": value}))
-
-    def _append(self, record: bytes) -> None:
+    def append(self, record: bytes) -> None:
+        """Append a record from :func:`frame` / :func:`ok_record`: one ``os.write`` (one
+        O_APPEND write cannot interleave with another thread's); after a short write (a
+        full disk, a signal) the rest follows in order, where another thread of the rank
+        could slip a record in between."""
         written = os.write(self.fd, record)
-        if written < len(record):  # a short write (a full disk, a signal): the rest, in order
+        if written < len(record):
             view = memoryview(record)[written:]
             while view:
                 view = view[os.write(self.fd, view) :]

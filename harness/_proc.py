@@ -29,6 +29,7 @@ from ._hugepages import maybe_collapse
 __all__ = [
     "PR_SET_PDEATHSIG_KILL",
     "DeferredSignals",
+    "block_asynchronous_signals",
     "describe_fd",
     "devnull_fd",
     "fork_holding_signals",
@@ -36,6 +37,7 @@ __all__ = [
     "killpg_quiet",
     "list_group_members",
     "open_fds",
+    "restore_signal_mask",
     "save_coverage",
     "set_pdeathsig",
 ]
@@ -127,20 +129,34 @@ def fork_holding_signals(child: Callable[[], object], *, exit_code: int) -> int:
             pid = os.fork()
         if pid == 0:  # pragma: no cover - the child side is measured by the rank's coverage
             child()
+            os._exit(exit_code)  # child() returned (it should have called os._exit)
+        # Restoring the mask runs the Python handlers of the signals held meanwhile; one
+        # that raises must find the child's pid still ours to take back (below).
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
     except BaseException:
         if os.getpid() != parent:  # pragma: no cover - in the child (see above)
             os._exit(exit_code)
-        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
         if pid > 0:  # forked, but the caller will never learn the pid: take it back now
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)  # last: its handlers may raise
         raise
-    if pid == 0:  # pragma: no cover - child() returned (it should have called os._exit)
-        os._exit(exit_code)
-    _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
     return pid
+
+
+def block_asynchronous_signals() -> set[int]:
+    """Block every asynchronous signal in this thread; returns the old mask for
+    :func:`restore_signal_mask`.  Plain calls (see :func:`fork_holding_signals`)."""
+    old: set[int] = _signal.pthread_sigmask(_signal.SIG_BLOCK, _asynchronous_signals())
+    return old
+
+
+def restore_signal_mask(old: set[int]) -> None:
+    """Put back a mask from :func:`block_asynchronous_signals`; the Python handlers of the
+    signals held meanwhile run now (and may raise)."""
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
 
 
 def set_pdeathsig(sig: int) -> None:

@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from ._channel import RecordWriter
+from ._channel import RecordWriter, ok_record
 from ._context import RankContext
 from ._faults import PlannedFault
 from ._forksafety import make_rank_torch_safe
@@ -299,8 +299,10 @@ def _run(
         _flush_and_save()
         return 1
     _finish(spec, writer, before)
+    # Pickled here, written after the try: a failed write (ENOSPC) must not be reported as
+    # a value that does not pickle.
     try:
-        writer.ok(value)
+        record = ok_record(value)
     except Exception as exc:
         writer.write(
             "raised",
@@ -315,6 +317,7 @@ def _run(
         )
         _flush_and_save()
         return 1
+    writer.append(record)
     _flush_and_save()
     return 0
 

@@ -35,11 +35,13 @@ from ._mesh import Mesh
 from ._outcome import GroupResult
 from ._proc import (
     DeferredSignals,
+    block_asynchronous_signals,
     fork_holding_signals,
     group_alive,
     killpg_quiet,
     list_group_members,
     preload,
+    restore_signal_mask,
 )
 from ._rank import EXIT_BOOTSTRAP, RankSpec, make_context, rank_main
 from ._reaper import Reaper
@@ -139,8 +141,9 @@ def _fork(child: Callable[[], None]) -> int:
 
 def _own_group(pid: int) -> None:
     """Put a rank in its own process group from the parent's side too (the rank does it
-    first thing; whoever runs first wins the race).  OSError: the rank already did it, or
-    is gone."""
+    first thing; whoever runs first wins, and the second call changes nothing), so a
+    ``killpg`` of the rank's pid reaches it even before it ran.  OSError: the rank is gone,
+    or left its group on its own (setsid)."""
     try:  # noqa: SIM105 - contextlib.suppress costs copy-on-write faults here
         os.setpgid(pid, pid)
     except OSError:
@@ -352,22 +355,32 @@ def _fork_all(
     ]
     forked: list[tuple[int, int, float]] = []  # (rank, pid, forked_at)
     freeze = gc.isenabled() and gc.get_freeze_count() == 0
-    if freeze:
-        gc.freeze()
+    # Every asynchronous signal stays blocked in this thread from the first fork until the
+    # last rank is recorded, so a Python handler that raises (for a signal DeferredSignals
+    # does not hold back) runs only once the caller can kill and reap every rank. Limit: a
+    # process-directed signal that another thread takes (xdist's execnet thread) still
+    # runs its Python handler here at once; DeferredSignals covers SIGINT, SIGALRM and
+    # SIGTERM whatever thread takes them.
+    mask = block_asynchronous_signals()
     try:
-        # Nothing but the forks in this loop: every page the parent writes while a rank
-        # lives is a copy-on-write fault, and a page written between two forks is copied
-        # again after the next one.  The bookkeeping waits for the last fork.
-        for spec, child in zip(specs, children, strict=True):
-            forked_at = time.monotonic()
-            forked.append((spec.rank, _fork(child), forked_at))
-    finally:
         if freeze:
-            gc.unfreeze()
-        for rank, pid, forked_at in forked:
-            _own_group(pid)
-            ranks.append(RankState(rank, pid, forked_at))
-            reaper.add(pid)
+            gc.freeze()
+        try:
+            # Nothing but the forks in this loop: every page the parent writes while a rank
+            # lives is a copy-on-write fault, and a page written between two forks is
+            # copied again after the next one.  The bookkeeping waits for the last fork.
+            for spec, child in zip(specs, children, strict=True):
+                forked_at = time.monotonic()
+                forked.append((spec.rank, _fork(child), forked_at))
+        finally:
+            if freeze:
+                gc.unfreeze()
+            for rank, pid, forked_at in forked:
+                _own_group(pid)  # before reaper.add: every pid the reaper knows has its group
+                ranks.append(RankState(rank, pid, forked_at))
+                reaper.add(pid)
+    finally:
+        restore_signal_mask(mask)
 
 
 def _supervise(

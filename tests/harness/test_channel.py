@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import struct
 
-from tpbcast.harness._channel import RecordWriter, read_records
+from tpbcast.harness._channel import RecordWriter, frame, ok_record, read_records
 from tpbcast.harness._mesh import Mesh
 
 
@@ -55,13 +55,13 @@ def test_mesh_sees_a_peer_end_and_keeps_its_messages():
 
 
 def test_the_record_of_a_returned_none_is_the_same_as_a_pickled_one(tmp_path):
-    """``ok(None)`` writes bytes built once at import (no pickling in a fresh rank); they
-    read back exactly like ``ok`` of any other value, and a short write finishes in order."""
+    """``ok_record(None)`` is bytes built once at import (no pickling in a fresh rank);
+    they read back exactly like the ``ok`` record of any other value."""
     path = str(tmp_path / "res")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     writer = RecordWriter(fd)
-    writer.ok(None)
-    writer.ok(0)
+    writer.append(ok_record(None))
+    writer.append(ok_record(0))
     os.close(fd)
     assert [(r.kind, r.payload) for r in read_records(path)] == [
         ("ok", {"value": None}),
@@ -78,11 +78,13 @@ def test_a_short_write_is_finished_in_order(tmp_path, monkeypatch):
         return real_write(target, bytes(data[:3]))
 
     monkeypatch.setattr(os, "write", three_bytes_at_a_time)
-    RecordWriter(fd).ok(None)
+    RecordWriter(fd).append(ok_record(None))
     RecordWriter(fd).write("fault", {"a": 1})
+    RecordWriter(fd).append(frame("ok", [1]))
     monkeypatch.undo()
     os.close(fd)
     assert [(r.kind, r.payload) for r in read_records(path)] == [
         ("ok", {"value": None}),
         ("fault", {"a": 1}),
+        ("ok", [1]),
     ]

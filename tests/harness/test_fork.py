@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import inspect
 import os
+import select
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Any
 
@@ -118,41 +120,54 @@ def test_a_child_the_caller_never_learns_of_is_killed_and_reaped() -> None:
     assert _mask() == before
 
 
-def test_a_rank_fork_that_fails_midway_takes_the_started_ranks_down(
+class _HandlerRaisedError(Exception):
+    """What the test's SIGUSR2 handler raises."""
+
+
+def _raise_from_handler(signum: int, frame: FrameType | None) -> None:
+    raise _HandlerRaisedError(f"handler of signal {signum}")
+
+
+def test_a_handler_that_raises_when_the_mask_comes_back_still_gets_the_child_reaped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """run_ranks forks every rank first and records them after the last fork: when the
-    second fork fails (EAGAIN: out of processes), the first rank must still be known to the
-    runner, and so killed and reaped before the error reaches the caller."""
-    import errno
-    import select
+    """A signal that reached the parent during the fork is held, and its Python handler
+    runs when the parent's mask comes back. If that handler raises, the caller never
+    learns the pid: the child must be killed and reaped before the exception leaves."""
+    real_fork = os.fork
+    children: list[int] = []
 
-    from tpbcast.harness import _runner, run_ranks
-
-    real_fork = _runner._fork
-    started: list[int] = []
-
-    def second_fork_fails(child: Any) -> int:
-        if started:
-            raise BlockingIOError(errno.EAGAIN, "fork: Resource temporarily unavailable")
-        pid = real_fork(child)
-        started.append(pid)
+    def fork_then_signal_the_parent() -> int:
+        pid = real_fork()
+        if pid != 0:
+            children.append(pid)
+            # To this thread, which holds it: the handler runs when the mask comes back.
+            signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)
         return pid
 
-    def blocks(ctx: Any) -> None:
-        select.select([], [], [], 60.0)  # runs until the runner kills it
+    def child() -> None:
+        select.select([], [], [], 60.0)  # runs until the parent kills it
+        os._exit(0)
 
-    monkeypatch.setattr(_runner, "_fork", second_fork_fails)
+    monkeypatch.setattr(os, "fork", fork_then_signal_the_parent)
+    old = signal.signal(signal.SIGUSR2, _raise_from_handler)
     try:
-        with pytest.raises(BlockingIOError, match="Resource temporarily unavailable"):
-            run_ranks(blocks, 2, timeout=30.0)
-        assert len(started) == 1  # the fault happened: one rank up, the second fork failed
-        with pytest.raises(ChildProcessError):  # reaped: no longer our child
-            os.waitpid(started[0], os.WNOHANG)
+        with pytest.raises(_HandlerRaisedError):
+            _fork(child, exit_code=3)
+        monkeypatch.undo()
+        assert len(children) == 1  # the fault happened: forked, then the handler raised
+        with pytest.raises(ChildProcessError):  # killed and reaped: no longer our child
+            os.waitpid(children[0], os.WNOHANG)
     finally:
-        for pid in started:  # a wrong runner left it running: do not leave it behind
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
+        signal.signal(signal.SIGUSR2, old)
+        _kill_quietly(children)
+
+
+def _kill_quietly(pids: list[int]) -> None:
+    """A wrong implementation left these running: do not leave them behind."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass

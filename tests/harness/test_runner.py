@@ -3,8 +3,11 @@ deadline and fail-fast work, and nothing of ours survives a group."""
 
 from __future__ import annotations
 
+import errno
 import os
+import select
 import signal
+import threading
 import time
 
 import pytest
@@ -475,3 +478,85 @@ def test_an_exception_whose_str_fails_is_still_reported():
     assert o.exc_type.endswith("_UnprintableError")
     assert "str() of the exception failed: RuntimeError: no str for you" in o.exc_message
     assert "raises_unprintable" in o.traceback
+
+
+def test_a_rank_fork_that_fails_midway_takes_the_started_ranks_down(monkeypatch):
+    """run_ranks forks every rank first and records them after the last fork: when the
+    second fork fails (EAGAIN: out of processes), the first rank must still be known to the
+    runner, and so killed and reaped before the error reaches the caller."""
+    from tpbcast.harness import _runner
+
+    real_fork = _runner._fork
+    started: list[int] = []
+
+    def second_fork_fails(child):
+        if started:
+            raise BlockingIOError(errno.EAGAIN, "fork: Resource temporarily unavailable")
+        pid = real_fork(child)
+        started.append(pid)
+        return pid
+
+    def blocks(ctx):
+        select.select([], [], [], 60.0)  # runs until the runner kills it
+
+    monkeypatch.setattr(_runner, "_fork", second_fork_fails)
+    try:
+        with pytest.raises(BlockingIOError, match="Resource temporarily unavailable"):
+            run_ranks(blocks, 2, timeout=T)
+        assert len(started) == 1  # the fault happened: one rank up, the second fork failed
+        with pytest.raises(ChildProcessError):  # reaped: no longer our child
+            os.waitpid(started[0], os.WNOHANG)
+    finally:
+        for pid in started:  # a wrong runner left it running: do not leave it behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+
+
+class _HandlerRaisedError(Exception):
+    """What the test's SIGUSR2 handler raises."""
+
+
+def _raise_from_handler(signum, frame):
+    raise _HandlerRaisedError(f"handler of signal {signum}")
+
+
+def test_a_raising_handler_of_a_signal_sent_during_the_forks_loses_no_rank(monkeypatch):
+    """SIGUSR2 (not one DeferredSignals holds back) reaches the parent right after each
+    fork, and its Python handler raises. The signals stay blocked until every rank is
+    recorded, so the handler runs only then, and every rank is killed and reaped."""
+    from tpbcast.harness import _runner
+
+    real_fork = _runner._fork
+    forked: list[int] = []
+
+    def fork_then_signal(child):
+        pid = real_fork(child)
+        forked.append(pid)
+        # To this thread (a process-directed signal may go to another thread, whose
+        # mask is not ours): unblocked, the handler would raise right here.
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)
+        return pid
+
+    def blocks(ctx):
+        select.select([], [], [], 60.0)  # runs until the runner kills it
+
+    monkeypatch.setattr(_runner, "_fork", fork_then_signal)
+    old = signal.signal(signal.SIGUSR2, _raise_from_handler)
+    try:
+        with pytest.raises(_HandlerRaisedError):
+            run_ranks(blocks, 3, timeout=T)
+        assert len(forked) == 3  # the fault happened after every fork...
+        for pid in forked:  # ...and no rank was lost
+            with pytest.raises(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+        for pid in forked:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
