@@ -41,3 +41,17 @@ def reap_child() -> Callable[[int, float], int]:
     """``reap_child(pid, timeout) -> wait status`` for a child the test forked itself;
     SIGKILLs it at the deadline, so a hung child never outlives the test."""
     return _reap_child
+
+
+@pytest.fixture
+def leftover_children() -> Iterator[list[int]]:
+    """The pids a test forked, or had the harness fork, for its checks: whatever a wrong
+    implementation left running is killed and reaped when the test ends."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass  # the implementation under test took it back already

@@ -129,13 +129,13 @@ def _raise_from_handler(signum: int, frame: FrameType | None) -> None:
 
 
 def test_a_handler_that_raises_when_the_mask_comes_back_still_gets_the_child_reaped(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, leftover_children: list[int]
 ) -> None:
     """A signal that reached the parent during the fork is held, and its Python handler
     runs when the parent's mask comes back. If that handler raises, the caller never
     learns the pid: the child must be killed and reaped before the exception leaves."""
     real_fork = os.fork
-    children: list[int] = []
+    children = leftover_children
 
     def fork_then_signal_the_parent() -> int:
         pid = real_fork()
@@ -160,14 +160,3 @@ def test_a_handler_that_raises_when_the_mask_comes_back_still_gets_the_child_rea
             os.waitpid(children[0], os.WNOHANG)
     finally:
         signal.signal(signal.SIGUSR2, old)
-        _kill_quietly(children)
-
-
-def _kill_quietly(pids: list[int]) -> None:
-    """A wrong implementation left these running: do not leave them behind."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass

@@ -480,14 +480,14 @@ def test_an_exception_whose_str_fails_is_still_reported():
     assert "raises_unprintable" in o.traceback
 
 
-def test_a_rank_fork_that_fails_midway_takes_the_started_ranks_down(monkeypatch):
+def test_a_rank_fork_that_fails_midway_takes_the_started_ranks_down(monkeypatch, leftover_children):
     """run_ranks forks every rank first and records them after the last fork: when the
     second fork fails (EAGAIN: out of processes), the first rank must still be known to the
     runner, and so killed and reaped before the error reaches the caller."""
     from tpbcast.harness import _runner
 
     real_fork = _runner._fork
-    started: list[int] = []
+    started = leftover_children
 
     def second_fork_fails(child):
         if started:
@@ -500,19 +500,11 @@ def test_a_rank_fork_that_fails_midway_takes_the_started_ranks_down(monkeypatch)
         select.select([], [], [], 60.0)  # runs until the runner kills it
 
     monkeypatch.setattr(_runner, "_fork", second_fork_fails)
-    try:
-        with pytest.raises(BlockingIOError, match="Resource temporarily unavailable"):
-            run_ranks(blocks, 2, timeout=T)
-        assert len(started) == 1  # the fault happened: one rank up, the second fork failed
-        with pytest.raises(ChildProcessError):  # reaped: no longer our child
-            os.waitpid(started[0], os.WNOHANG)
-    finally:
-        for pid in started:  # a wrong runner left it running: do not leave it behind
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
+    with pytest.raises(BlockingIOError, match="Resource temporarily unavailable"):
+        run_ranks(blocks, 2, timeout=T)
+    assert len(started) == 1  # the fault happened: one rank up, the second fork failed
+    with pytest.raises(ChildProcessError):  # reaped: no longer our child
+        os.waitpid(started[0], os.WNOHANG)
 
 
 class _HandlerRaisedError(Exception):
@@ -523,14 +515,16 @@ def _raise_from_handler(signum, frame):
     raise _HandlerRaisedError(f"handler of signal {signum}")
 
 
-def test_a_raising_handler_of_a_signal_sent_during_the_forks_loses_no_rank(monkeypatch):
+def test_a_raising_handler_of_a_signal_sent_during_the_forks_loses_no_rank(
+    monkeypatch, leftover_children
+):
     """SIGUSR2 (not one DeferredSignals holds back) reaches the parent right after each
     fork, and its Python handler raises. The signals stay blocked until every rank is
     recorded, so the handler runs only then, and every rank is killed and reaped."""
     from tpbcast.harness import _runner
 
     real_fork = _runner._fork
-    forked: list[int] = []
+    forked = leftover_children
 
     def fork_then_signal(child):
         pid = real_fork(child)
@@ -554,9 +548,3 @@ def test_a_raising_handler_of_a_signal_sent_during_the_forks_loses_no_rank(monke
                 os.waitpid(pid, os.WNOHANG)
     finally:
         signal.signal(signal.SIGUSR2, old)
-        for pid in forked:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
