@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import array
 import os
-import socket
 import threading
 import time
 
@@ -22,16 +21,6 @@ from tpbcast.reference_impl._buffers import flat_buffer
 from tpbcast.reference_impl._io import Deadline, Site, make_poller, recv_exact, send_all, send_views
 
 SITE = Site(rank=1, peer=0, phase="broadcast", path="/tmp/x_0.sock", who="rank 0")
-
-
-@pytest.fixture
-def pair():
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    a.setblocking(False)
-    b.setblocking(False)
-    yield a, b
-    a.close()
-    b.close()
 
 
 def test_flat_buffer_passes_byte_buffers_through_and_nothing_else():

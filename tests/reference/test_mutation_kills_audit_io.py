@@ -36,7 +36,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import FrameType
 
 import pytest
@@ -58,19 +58,6 @@ SITE = Site(rank=0, peer=1, phase="broadcast", path="/tmp/x_0.sock", who="peer 1
 
 # Syscall numbers of poll/ppoll as /proc/<pid>/task/<tid>/syscall shows them.
 _POLL_SYSCALLS = {"x86_64": {"7", "271"}, "aarch64": {"73"}}
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    """A non-blocking socket pair: rank 0's end and the peer's."""
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    for sock in (a, b):
-        sock.setblocking(False)
-    try:
-        yield a, b
-    finally:
-        a.close()
-        b.close()
 
 
 def _in_poll(tid: int) -> bool:

@@ -84,17 +84,16 @@ class _ShimSocket(socket.socket):
 
 
 @pytest.fixture
-def pair() -> Iterator[tuple[_ShimSocket, socket.socket]]:
-    """A non-blocking socket pair: rank 0's end (a shim, scriptable) and the peer's."""
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+def pair(pair: tuple[socket.socket, socket.socket]) -> Iterator[tuple[_ShimSocket, socket.socket]]:
+    """conftest's non-blocking pair with rank 0's end a shim (scriptable); the shim takes
+    over that end's fd, so the pair's own teardown closes only the peer's."""
+    a, b = pair
     shim = _ShimSocket(a)
-    for sock in (shim, b):
-        sock.setblocking(False)
+    shim.setblocking(False)
     try:
         yield shim, b
     finally:
         shim.close()
-        b.close()
 
 
 def _recv_all(sock: socket.socket, size: int) -> bytes:
