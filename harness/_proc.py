@@ -111,13 +111,13 @@ def fork_holding_signals(child: Callable[[], object], *, exit_code: int) -> int:
     runs in the child too) -- ends in ``os._exit(exit_code)``: a forked rank must never
     unwind into the caller's code (pytest would go on running tests in two processes).
 
-    Plain calls, no context manager and no ``signal`` wrapper: every page this (large)
-    process writes while a rank is alive is a copy-on-write fault, and the generator
-    machinery of a ``with`` block, or the public wrapper's Signals enum sets, touched
-    ~100 of them per fork.
+    Plain calls, no context manager and no ``signal`` wrapper (see
+    :func:`block_asynchronous_signals`): every page this (large) process writes while a
+    rank is alive is a copy-on-write fault, and the generator machinery of a ``with``
+    block, or the public wrapper's Signals enum sets, touched ~100 of them per fork.
     """
     parent, pid = os.getpid(), -1
-    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _asynchronous_signals())
+    old = block_asynchronous_signals()
     try:
         if sys.version_info >= (3, 12):  # pragma: no cover - 3.11 in CI
             with warnings.catch_warnings():
@@ -132,7 +132,7 @@ def fork_holding_signals(child: Callable[[], object], *, exit_code: int) -> int:
             os._exit(exit_code)  # pragma: no cover - child() returned (it must not)
         # Restoring the mask runs the Python handlers of the signals held meanwhile; one
         # that raises must find the child's pid still ours to take back (below).
-        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+        restore_signal_mask(old)
     except BaseException:
         if os.getpid() != parent:  # pragma: no cover - in the child (see above)
             os._exit(exit_code)
@@ -141,14 +141,16 @@ def fork_holding_signals(child: Callable[[], object], *, exit_code: int) -> int:
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)  # last: its handlers may raise
+        restore_signal_mask(old)  # last: its handlers may raise
         raise
     return pid
 
 
 def block_asynchronous_signals() -> set[int]:
     """Block every asynchronous signal in this thread; returns the old mask for
-    :func:`restore_signal_mask`.  Plain calls (see :func:`fork_holding_signals`)."""
+    :func:`restore_signal_mask`.  ``_signal``, not ``signal``: the public wrapper turns
+    masks into sets of Signals enum members, touching pages (copy-on-write faults once a
+    rank shares them)."""
     old: set[int] = _signal.pthread_sigmask(_signal.SIG_BLOCK, _asynchronous_signals())
     return old
 
