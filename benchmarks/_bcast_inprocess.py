@@ -82,9 +82,6 @@ def measure(
     workdir = tempfile.mkdtemp(prefix="tpbip", dir="/tmp")
     sockets: list[socket.socket] = []
     ranks: list[Any] = []
-    block_means: dict[str, list[float]] = {
-        name: [] for name in ("raw", "raw + poll", "implementation")
-    }
     try:
         blocking = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         polled = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -114,6 +111,7 @@ def measure(
             ("raw + poll", raw_poll),
             ("implementation", implementation),
         ]
+        block_means: dict[str, list[float]] = {name: [] for name, _ in methods}
         implementation()  # one checked round first: the peer must get rank 0's bytes
         if bytes(dst) != bytes(src):
             raise AssertionError("in-process round: the peer did not receive rank 0's bytes")
