@@ -32,7 +32,7 @@ __all__ = [
     "block_asynchronous_signals",
     "describe_fd",
     "devnull_fd",
-    "fork_holding_signals",
+    "fork_child",
     "group_alive",
     "killpg_quiet",
     "list_group_members",
@@ -48,13 +48,21 @@ PR_SET_PDEATHSIG_KILL = int(signal.SIGKILL)
 
 @cache
 def _prctl() -> Any:
-    """libc's ``prctl`` with its signature bound once (in the parent, before fork), so the
-    call in a fresh rank does as little work as possible: every page a forked child writes
-    is a copy-on-write fault, and those dominate the cost of a rank."""
+    """libc's ``prctl``, looked up once (in the parent, before fork), called bare: no
+    ``argtypes``, no ``use_errno``.  In a fresh rank, where every page written is a
+    copy-on-write fault, ctypes' argument converters and its errno swap made the call cost
+    ~85 us and ~10 faults more than a plain syscall (measured in a forked child of a
+    torch-holding parent); bare it costs what ``os.getppid()`` does.  The arguments are
+    small non-negative ints, passed as C ints that libffi widens to the registers' 64 bits
+    (prctl reads unsigned longs).  A failure asks for errno through :func:`_prctl_errno`."""
+    return ctypes.CDLL(None).prctl
+
+
+def _prctl_errno(*args: int) -> int:
+    """Repeat a failed ``prctl`` through an errno-keeping handle; returns its errno (the bad
+    path only: the call fails the same way again)."""
     fn = ctypes.CDLL(None, use_errno=True).prctl
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
-    return fn
+    return 0 if fn(*args) == 0 else ctypes.get_errno()
 
 
 @cache
@@ -95,31 +103,32 @@ def _asynchronous_signals() -> frozenset[int]:
     return frozenset(int(s) for s in signal.valid_signals()) - _SYNCHRONOUS
 
 
-def fork_holding_signals(child: Callable[[], object], *, exit_code: int) -> int:
-    """``os.fork()`` with every asynchronous signal blocked in this thread; the child runs
-    ``child()`` and never returns from here.
+def fork_child(child: Callable[[], object], *, exit_code: int) -> int:
+    """``os.fork()``; the child runs ``child()`` and never returns from here.
 
-    The child is born with the signals blocked and ``child`` runs with them still
-    blocked, so a signal sent to it microseconds after fork (the runner's SIGUSR1 "dump
-    your stack", a SIGTERM, a test's SIGINT) stays pending until the rank has installed
-    its handlers and restores the parent's mask itself; it is not acted on by a
-    disposition the rank is about to replace (SIGUSR1's default action kills). The parent
-    gets its mask back at once.
+    The caller holds every asynchronous signal blocked in its thread
+    (:func:`block_asynchronous_signals`) from before the first fork until it has recorded
+    the pid. So no Python handler raises between the fork and that record in the parent,
+    and the child is born with the signals blocked: one sent to it microseconds after fork
+    (the runner's SIGUSR1 "dump your stack", a SIGTERM, a test's SIGINT) stays pending
+    until the rank has installed its handlers and restores the parent's mask itself; it is
+    not acted on by a disposition the rank is about to replace (SIGUSR1's default kills).
+
+    Blocked once around a loop of forks, not here per fork: each page the parent writes
+    while a child shares it is a copy-on-write fault (~3.7 us on a 2-core VM), and a block
+    and restore per fork touched ~50 of them per fork (measured: 0.28 ms CPU per 2-rank
+    group).
 
     Whatever happens in the child -- ``child`` returning, or an exception raised right
-    after the fork (a Python handler for a signal that reached the parent just before it
-    runs in the child too) -- ends in ``os._exit(exit_code)``: a forked rank must never
-    unwind into the caller's code (pytest would go on running tests in two processes).
-
-    Plain calls, no context manager and no ``signal`` wrapper (see
-    :func:`block_asynchronous_signals`): every page this (large) process writes while a
-    rank is alive is a copy-on-write fault, and the generator machinery of a ``with``
-    block, or the public wrapper's Signals enum sets, touched ~100 of them per fork.
+    after the fork -- ends in ``os._exit(exit_code)``: a forked rank must never unwind
+    into the caller's code (pytest would go on running tests in two processes). An
+    exception in the parent after the fork (a handler that runs despite the mask: one a
+    tracer or another thread raised) kills and reaps the child before it propagates,
+    since the caller will never learn its pid.
     """
     parent, pid = os.getpid(), -1
-    old = block_asynchronous_signals()
     try:
-        if sys.version_info >= (3, 12):  # pragma: no cover - 3.11 in CI
+        if _FORK_WARNS:  # pragma: no cover - 3.11 in CI
             with warnings.catch_warnings():
                 # 3.12 warns about fork in a threaded process; the ranks never touch the
                 # other threads' state (see _forksafety for the one hazard that matters).
@@ -130,9 +139,6 @@ def fork_holding_signals(child: Callable[[], object], *, exit_code: int) -> int:
         if pid == 0:  # pragma: no cover - the child side is measured by the rank's coverage
             child()
             os._exit(exit_code)  # pragma: no cover - child() returned (it must not)
-        # Restoring the mask runs the Python handlers of the signals held meanwhile; one
-        # that raises must find the child's pid still ours to take back (below).
-        restore_signal_mask(old)
     except BaseException:
         if os.getpid() != parent:  # pragma: no cover - in the child (see above)
             os._exit(exit_code)
@@ -141,9 +147,11 @@ def fork_holding_signals(child: Callable[[], object], *, exit_code: int) -> int:
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-        restore_signal_mask(old)  # last: its handlers may raise
         raise
     return pid
+
+
+_FORK_WARNS = sys.version_info >= (3, 12)
 
 
 def block_asynchronous_signals() -> set[int]:
@@ -168,8 +176,11 @@ def set_pdeathsig(sig: int) -> None:
     must be called from a thread that outlives the group (the main thread, in practice).
     """
     if _prctl()(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl(PR_SET_PDEATHSIG) failed: {errno.errorcode.get(err, err)}")
+        err = _prctl_errno(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        raise OSError(
+            err,
+            f"prctl(PR_SET_PDEATHSIG, {sig}) failed: {errno.errorcode.get(err, err)}",
+        )
 
 
 def save_coverage() -> None:

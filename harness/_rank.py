@@ -270,7 +270,7 @@ def _run(
     faulthandler.register(_SIGUSR1, file=stk, all_threads=True, chain=False)
     faulthandler.enable(file=2, all_threads=True)
     # 5b. Every handler is in place: let in the signals held since fork (see
-    #     _proc.fork_holding_signals). One sent right after fork is delivered now, to our handler.
+    #     _proc.fork_child). One sent right after fork is delivered now, to our handler.
     _signal.pthread_sigmask(_signal.SIG_SETMASK, spec.signal_mask)
     # 6. The torch fork hazard (see _forksafety); nested groups clean up after themselves.
     if spec.single_torch:

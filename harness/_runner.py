@@ -36,7 +36,7 @@ from ._outcome import GroupResult
 from ._proc import (
     DeferredSignals,
     block_asynchronous_signals,
-    fork_holding_signals,
+    fork_child,
     group_alive,
     killpg_quiet,
     list_group_members,
@@ -135,8 +135,9 @@ def _is_coverage_handler(handler: object) -> bool:
 
 def _fork(child: Callable[[], None]) -> int:
     """Fork one rank that runs ``child`` (``rank_main``, which restores the signal mask once
-    its handlers exist and never comes back here); returns its pid.  A seam for tests."""
-    return fork_holding_signals(child, exit_code=EXIT_BOOTSTRAP)
+    its handlers exist and never comes back here); returns its pid.  Called with every
+    asynchronous signal blocked (``_fork_all``).  A seam for tests."""
+    return fork_child(child, exit_code=EXIT_BOOTSTRAP)
 
 
 def _own_group(pid: int) -> None:

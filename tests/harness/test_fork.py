@@ -1,5 +1,7 @@
-"""``fork_holding_signals``: the child never unwinds into the caller, the parent's signal
-mask always comes back, and a child whose pid the caller would never learn is taken back.
+"""``fork_child``: the child never unwinds into the caller and keeps the caller's mask (the
+runner holds the asynchronous signals blocked around its forks), a child whose pid the
+caller would never learn is taken back, and run_ranks gives the parent its mask back
+when a fork fails.
 
 Every test here guards itself too: should the function under test return in the child,
 the test's own ``os._exit(99)`` ends that copy of pytest instead of letting it run on.
@@ -9,16 +11,19 @@ from __future__ import annotations
 
 import inspect
 import os
-import select
 import signal
 import sys
-import threading
 from types import FrameType
 from typing import Any
 
 import pytest
 
-from tpbcast.harness._proc import fork_holding_signals
+from tpbcast.harness import run_ranks
+from tpbcast.harness._proc import (
+    block_asynchronous_signals,
+    fork_child,
+    restore_signal_mask,
+)
 
 _GUARD = 99  # the exit code of a child that came back into this test
 
@@ -30,7 +35,7 @@ def _mask() -> set[int]:
 def _fork(child: Any, exit_code: int) -> int:
     me = os.getpid()
     try:
-        pid = fork_holding_signals(child, exit_code=exit_code)
+        pid = fork_child(child, exit_code=exit_code)
     finally:
         if os.getpid() != me:  # pragma: no cover - only a wrong implementation gets here
             os._exit(_GUARD)
@@ -47,7 +52,10 @@ def test_a_child_that_returns_exits_with_the_given_code() -> None:
     assert _exit_code(_fork(lambda: None, 77)) == 77
 
 
-def test_a_child_that_raises_exits_with_the_given_code_and_runs_with_signals_held() -> None:
+def test_a_child_that_raises_exits_with_the_given_code_and_keeps_the_callers_mask() -> None:
+    """The runner blocks the asynchronous signals around its forks; the child must run
+    with them still blocked (it unblocks them once its handlers exist), and fork_child
+    must leave the parent's mask as the caller set it."""
     r, w = os.pipe()
 
     def child() -> None:
@@ -55,8 +63,14 @@ def test_a_child_that_raises_exits_with_the_given_code_and_runs_with_signals_hel
         raise KeyboardInterrupt  # e.g. a handler of a signal that reached the parent
 
     before = _mask()
+    held_by_caller = block_asynchronous_signals()
     try:
+        blocked = _mask()
         pid = _fork(child, 78)
+        after_fork = _mask()
+    finally:
+        restore_signal_mask(held_by_caller)
+    try:
         assert _exit_code(pid) == 78
         os.close(w)
         w = -1
@@ -69,10 +83,13 @@ def test_a_child_that_raises_exits_with_the_given_code_and_runs_with_signals_hel
     held = {int(s) for s in report[5:].split(b",") if s}
     assert {signal.SIGUSR1, signal.SIGTERM, signal.SIGINT} <= held  # held in the child
     assert signal.SIGKILL not in held and signal.SIGSEGV not in held
-    assert _mask() == before  # and given back in the parent
+    assert after_fork == blocked  # the parent's mask untouched by fork_child
+    assert _mask() == before
 
 
-def test_the_parents_mask_comes_back_when_fork_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_ranks_gives_the_parents_mask_back_when_a_fork_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     calls: list[int] = []
 
     def failing_fork() -> int:
@@ -82,7 +99,7 @@ def test_the_parents_mask_comes_back_when_fork_fails(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(os, "fork", failing_fork)
     before = _mask()
     with pytest.raises(OSError, match="temporarily unavailable"):
-        fork_holding_signals(lambda: None, exit_code=70)
+        run_ranks(lambda ctx: None, 1, timeout=30.0)
     assert calls and calls[0] > len(before)  # the fork really ran with signals held
     assert _mask() == before
 
@@ -92,7 +109,7 @@ def test_a_child_the_caller_never_learns_of_is_killed_and_reaped() -> None:
     at the next bytecode) would lose the pid: the function kills and reaps that child
     before re-raising. The exception is injected with a trace function at the line after
     the fork, in both processes (the child must still end in ``os._exit``)."""
-    source, first = inspect.getsourcelines(fork_holding_signals)
+    source, first = inspect.getsourcelines(fork_child)
     line = first + next(i for i, text in enumerate(source) if "if pid == 0:" in text)
     seen: list[int] = []
     previous = sys.gettrace()
@@ -104,7 +121,7 @@ def test_a_child_the_caller_never_learns_of_is_killed_and_reaped() -> None:
         return local
 
     def tracer(frame: FrameType, event: str, arg: object) -> object:
-        return local if frame.f_code is fork_holding_signals.__code__ else None
+        return local if frame.f_code is fork_child.__code__ else None
 
     before = _mask()
     sys.settrace(tracer)
@@ -118,45 +135,3 @@ def test_a_child_the_caller_never_learns_of_is_killed_and_reaped() -> None:
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # already reaped by the function
     assert _mask() == before
-
-
-class _HandlerRaisedError(Exception):
-    """What the test's SIGUSR2 handler raises."""
-
-
-def _raise_from_handler(signum: int, frame: FrameType | None) -> None:
-    raise _HandlerRaisedError(f"handler of signal {signum}")
-
-
-def test_a_handler_that_raises_when_the_mask_comes_back_still_gets_the_child_reaped(
-    monkeypatch: pytest.MonkeyPatch, leftover_children: list[int]
-) -> None:
-    """A signal that reached the parent during the fork is held, and its Python handler
-    runs when the parent's mask comes back. If that handler raises, the caller never
-    learns the pid: the child must be killed and reaped before the exception leaves."""
-    real_fork = os.fork
-    children = leftover_children
-
-    def fork_then_signal_the_parent() -> int:
-        pid = real_fork()
-        if pid != 0:
-            children.append(pid)
-            # To this thread, which holds it: the handler runs when the mask comes back.
-            signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)
-        return pid
-
-    def child() -> None:
-        select.select([], [], [], 60.0)  # runs until the parent kills it
-        os._exit(0)
-
-    monkeypatch.setattr(os, "fork", fork_then_signal_the_parent)
-    old = signal.signal(signal.SIGUSR2, _raise_from_handler)
-    try:
-        with pytest.raises(_HandlerRaisedError):
-            _fork(child, exit_code=3)
-        monkeypatch.undo()
-        assert len(children) == 1  # the fault happened: forked, then the handler raised
-        with pytest.raises(ChildProcessError):  # killed and reaped: no longer our child
-            os.waitpid(children[0], os.WNOHANG)
-    finally:
-        signal.signal(signal.SIGUSR2, old)

@@ -4,6 +4,7 @@ group, stdin closed off, output captured at the fd level."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import select
@@ -99,6 +100,29 @@ def test_ranks_die_when_their_parent_is_sigkilled(tmp_path):
         for p in survivors:
             os.kill(p, signal.SIGKILL)
         assert survivors == [], f"ranks outlived their SIGKILLed parent: {survivors}"
+
+
+def reads_its_pdeathsig(ctx):
+    import ctypes
+
+    value = ctypes.c_int(-1)
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(2, ctypes.byref(value), 0, 0, 0) == 0, ctypes.get_errno()  # GET
+    return value.value
+
+
+def test_every_rank_has_sigkill_as_its_parent_death_signal():
+    """What the bare prctl call set, read back in the rank (PR_GET_PDEATHSIG)."""
+    result = run_ranks(reads_its_pdeathsig, 2, timeout=T)
+    assert [o.value for o in result.outcomes] == [signal.SIGKILL] * 2, result.report()
+
+
+def test_a_failing_prctl_names_the_call_the_signal_and_the_errno():
+    from tpbcast.harness._proc import set_pdeathsig
+
+    with pytest.raises(OSError, match=r"prctl\(PR_SET_PDEATHSIG, 4242\) failed: EINVAL") as info:
+        set_pdeathsig(4242)  # no such signal: the kernel refuses, nothing changes
+    assert info.value.errno == errno.EINVAL
 
 
 def writes_to_closed_pipe(ctx):
