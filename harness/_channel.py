@@ -87,6 +87,8 @@ def read_records(path: str) -> list[Record]:
         data = read_all(fd)
     finally:
         os.close(fd)
+    if data == _OK_NONE:  # the common case, without an unpickler (~15 us, a few faults)
+        return [Record("ok", {"value": None})]
     records: list[Record] = []
     offset = 0
     while offset + _LEN.size <= len(data):

@@ -18,6 +18,7 @@ and reaps every rank: a group never outlives its ``run_ranks`` call.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # CPython's C module behind signal
 import contextlib
 import functools
 import gc
@@ -96,6 +97,15 @@ def _validate(
         faults.validate(world_size)
 
 
+_SIG_DFL = int(signal.SIG_DFL)
+_SIGPIPE = int(signal.SIGPIPE)
+_SIGTERM = int(signal.SIGTERM)
+_RESETTABLE = tuple(
+    int(sig)
+    for sig in (signal.SIGCHLD, signal.SIGALRM, signal.SIGUSR2, signal.SIGHUP, signal.SIGTERM)
+)
+
+
 def _signals_to_reset(sigpipe: str) -> tuple[tuple[int, ...], bool]:
     """Which dispositions a rank must reset (decided once here, not in every rank).
 
@@ -106,13 +116,15 @@ def _signals_to_reset(sigpipe: str) -> tuple[tuple[int, ...], bool]:
     rank's data when the harness terminates a hung rank.
     """
     reset = []
-    if sigpipe != "inherit" and signal.getsignal(signal.SIGPIPE) != signal.SIG_DFL:
-        reset.append(signal.SIGPIPE)
-    for sig in (signal.SIGCHLD, signal.SIGALRM, signal.SIGUSR2, signal.SIGHUP, signal.SIGTERM):
-        handler = signal.getsignal(sig)
-        if handler in (None, signal.SIG_DFL):
+    # _signal, not signal: the public wrapper turns each answer into a Handlers enum
+    # member, a detour through enum machinery (pages to fault again after every fork).
+    if sigpipe != "inherit" and _signal.getsignal(_SIGPIPE) != _SIG_DFL:
+        reset.append(_SIGPIPE)
+    for sig in _RESETTABLE:
+        handler = _signal.getsignal(sig)
+        if handler is None or handler == _SIG_DFL:
             continue
-        if sig == signal.SIGTERM and _is_coverage_handler(handler):
+        if sig == _SIGTERM and _is_coverage_handler(handler):
             continue
         reset.append(sig)
     wakeup = False
@@ -123,7 +135,7 @@ def _signals_to_reset(sigpipe: str) -> tuple[tuple[int, ...], bool]:
             wakeup = True
     except ValueError:
         pass  # not the main thread: no wakeup fd can be set from here anyway
-    return tuple(int(sig) for sig in reset), wakeup
+    return tuple(reset), wakeup
 
 
 def _is_coverage_handler(handler: object) -> bool:

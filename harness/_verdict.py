@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import pickle
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any
 
 from ._channel import Record, read_all, read_records
 from ._outcome import FaultRecord, RankOutcome, Status, signal_name
@@ -113,10 +114,32 @@ def judge(r: RankState, wd: Workdir) -> RankOutcome:
             sig = os.WTERMSIG(status_raw)
         elif os.WIFEXITED(status_raw):
             exit_code = os.WEXITSTATUS(status_raw)
-    base = RankOutcome(
+    note = r.note or (_BOOTSTRAP_NOTE if exit_code == EXIT_BOOTSTRAP and not final else "")
+    # The status and what the result record adds, decided first and built once: a
+    # dataclasses.replace() per step re-ran the frozen __init__ (it showed in the
+    # parent's per-group cost, where every page touched is a fault after each fork).
+    extra: dict[str, Any] = {}
+    if r.killed_by_harness or not r.ended:
+        status = Status.TIMED_OUT
+    elif r.reaped_elsewhere:
+        status = Status.UNKNOWN
+        note = _note(
+            _REAPED_ELSEWHERE_NOTE.format(pid=r.pid),
+            _RECORD_SAYS[final.kind if final is not None else None],
+            r.note,
+        )
+        # The record's value or exception, but UNKNOWN stays: the record may predate a
+        # crash on the rank's way out.
+        _, extra = _read_result(final, r.rank)
+    elif sig is not None:
+        status = Status.SIGNALED
+    else:
+        found, extra = _read_result(final, r.rank)
+        status = found or Status.EXITED
+    return RankOutcome(
         rank=r.rank,
         pid=r.pid,
-        status=Status.EXITED,
+        status=status,
         exit_code=exit_code,
         signal=sig,
         signal_name=signal_name(sig),
@@ -126,28 +149,9 @@ def judge(r: RankState, wd: Workdir) -> RankOutcome:
         stack_dump=_read_text(wd.file(r.rank, "stk")) or None,
         faults=fault_records,
         leaked_fds=leaked,
-        note=r.note or (_BOOTSTRAP_NOTE if exit_code == EXIT_BOOTSTRAP and not final else ""),
+        note=note,
+        **extra,
     )
-    if r.killed_by_harness or not r.ended:
-        return replace(base, status=Status.TIMED_OUT)
-    if r.reaped_elsewhere:
-        return _with_result(
-            replace(
-                base,
-                status=Status.UNKNOWN,
-                note=_note(
-                    _REAPED_ELSEWHERE_NOTE.format(pid=r.pid),
-                    _RECORD_SAYS[final.kind if final is not None else None],
-                    r.note,
-                ),
-            ),
-            final,
-            r.rank,
-            keep_status=True,
-        )
-    if sig is not None:
-        return replace(base, status=Status.SIGNALED)
-    return _with_result(base, final, r.rank)
 
 
 def _note(*parts: str) -> str:
@@ -166,33 +170,25 @@ def _unpickled_or_none(data: object) -> BaseException | None:
     return exc if isinstance(exc, BaseException) else None
 
 
-def _with_result(
-    base: RankOutcome, final: Record | None, rank: int, *, keep_status: bool = False
-) -> RankOutcome:
-    """``base`` plus what the rank's last result record says (value or exception); the
-    status follows the record unless ``keep_status`` (a rank reaped elsewhere stays
-    UNKNOWN: the record may predate a crash on its way out)."""
-    payload = final.payload if final is not None else None
+def _read_result(final: Record | None, rank: int) -> tuple[Status | None, dict[str, Any]]:
+    """What the rank's last result record says: OK or RAISED, and the RankOutcome fields
+    of the value or the exception; ``(None, {})`` for no record or one of an unknown shape
+    (the rank is then judged by its exit alone)."""
     if final is None:
-        return base
+        return None, {}
+    payload = final.payload
     if final.kind == "ok" and isinstance(payload, dict):
-        found = replace(base, status=Status.OK, value=payload.get("value"))
-    elif final.kind == "raised" and isinstance(payload, dict):
-        found = replace(
-            base,
-            status=Status.RAISED,
-            exc_type=str(payload.get("type")),
-            exc_message=str(payload.get("message")),
-            traceback=str(payload.get("traceback")),
-            exception=_unpickled_or_none(payload.get("exception")),
-        )
-    elif final.kind == "unloadable":
-        found = replace(
-            base,
-            status=Status.RAISED,
-            exc_type="tpbcast.harness.UnloadableResult",
-            exc_message=f"rank {rank}'s result could not be unpickled: {payload}",
-        )
-    else:
-        return base
-    return replace(found, status=base.status) if keep_status else found
+        return Status.OK, {"value": payload.get("value")}
+    if final.kind == "raised" and isinstance(payload, dict):
+        return Status.RAISED, {
+            "exc_type": str(payload.get("type")),
+            "exc_message": str(payload.get("message")),
+            "traceback": str(payload.get("traceback")),
+            "exception": _unpickled_or_none(payload.get("exception")),
+        }
+    if final.kind == "unloadable":
+        return Status.RAISED, {
+            "exc_type": "tpbcast.harness.UnloadableResult",
+            "exc_message": f"rank {rank}'s result could not be unpickled: {payload}",
+        }
+    return None, {}

@@ -46,3 +46,45 @@ def test_a_rank_reaped_elsewhere_stays_unknown_but_keeps_its_record(tmp_path):
     assert o.exit_code is None and o.signal is None
     assert o.summary().startswith("rank 1 UNKNOWN: exit status unknown (reaped elsewhere")
     assert "pid 4242" in o.summary() and "its result record says it returned" in o.summary()
+
+
+def _judged(tmp_path, status, records, **state):
+    from tpbcast.harness._verdict import RankState, judge
+    from tpbcast.harness._workdir import Workdir
+
+    wd = Workdir(str(tmp_path), False, str(tmp_path), {})
+    return judge(RankState(0, 4242, 0.0, status=status, ended_at=0.5, records=records, **state), wd)
+
+
+def test_judge_a_signal_beats_an_ok_record(tmp_path):
+    """The rank died after writing its record (a crash on its way out): SIGNALED."""
+    from tpbcast.harness import Status
+
+    o = _judged(tmp_path, int(signal.SIGSEGV), [Record("ok", {"value": 1})])
+    assert o.status is Status.SIGNALED and o.signal_name == "SIGSEGV"
+    assert o.value is None  # the record does not make it look like a return
+
+
+def test_judge_a_harness_kill_is_timed_out_whatever_the_rank_wrote(tmp_path):
+    from tpbcast.harness import Status
+
+    o = _judged(
+        tmp_path, int(signal.SIGKILL), [Record("ok", {"value": 1})], killed_by_harness=True
+    )
+    assert o.status is Status.TIMED_OUT and o.value is None
+
+
+def test_judge_the_last_result_record_decides_a_normal_exit(tmp_path):
+    from tpbcast.harness import Status
+
+    ok = _judged(tmp_path, _exited(0), [Record("fault", None), Record("ok", {"value": 3})])
+    assert ok.status is Status.OK and ok.value == 3
+    raised = _judged(
+        tmp_path,
+        _exited(1),
+        [Record("raised", {"type": "ValueError", "message": "bad", "traceback": "tb"})],
+    )
+    assert raised.status is Status.RAISED
+    assert (raised.exc_type, raised.exc_message, raised.traceback) == ("ValueError", "bad", "tb")
+    odd = _judged(tmp_path, _exited(0), [Record("ok", "not a dict")])
+    assert odd.status is Status.EXITED and odd.exit_code == 0  # judged by its exit alone
