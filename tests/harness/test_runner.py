@@ -548,3 +548,24 @@ def test_a_raising_handler_of_a_signal_sent_during_the_forks_loses_no_rank(
                 os.waitpid(pid, os.WNOHANG)
     finally:
         signal.signal(signal.SIGUSR2, old)
+
+
+def test_the_short_group_wait_ends_as_soon_as_every_rank_has():
+    """run_ranks gives a group up to 20 ms to end before its post-fork bookkeeping; the
+    wait must not last a moment longer than the ranks do (here: a deadline of a minute)."""
+    from tpbcast.harness._reaper import Reaper
+    from tpbcast.harness._runner import _reap_short_group
+
+    reaper = Reaper()
+    pids = []
+    for code in (3, 4):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os._exit(code)
+        pids.append(pid)
+        reaper.add(pid)
+    until = time.monotonic() + 60.0
+    ended = _reap_short_group(reaper, until)
+    assert sorted((p, os.WEXITSTATUS(s)) for p, s in ended) == sorted(zip(pids, (3, 4)))
+    assert not reaper.live and time.monotonic() < until
+    reaper.close()
