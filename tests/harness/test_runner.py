@@ -566,6 +566,7 @@ def test_the_short_group_wait_ends_as_soon_as_every_rank_has():
         reaper.add(pid)
     until = time.monotonic() + 60.0
     ended = _reap_short_group(reaper, until)
-    assert sorted((p, os.WEXITSTATUS(s)) for p, s in ended) == sorted(zip(pids, (3, 4)))
+    codes = sorted((p, os.WEXITSTATUS(s)) for p, s in ended)
+    assert codes == sorted(zip(pids, (3, 4), strict=True))
     assert not reaper.live and time.monotonic() < until
     reaper.close()
