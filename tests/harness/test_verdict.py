@@ -68,9 +68,7 @@ def test_judge_a_signal_beats_an_ok_record(tmp_path):
 def test_judge_a_harness_kill_is_timed_out_whatever_the_rank_wrote(tmp_path):
     from tpbcast.harness import Status
 
-    o = _judged(
-        tmp_path, int(signal.SIGKILL), [Record("ok", {"value": 1})], killed_by_harness=True
-    )
+    o = _judged(tmp_path, int(signal.SIGKILL), [Record("ok", {"value": 1})], killed_by_harness=True)
     assert o.status is Status.TIMED_OUT and o.value is None
 
 
