@@ -59,8 +59,8 @@ def _prctl() -> Any:
 
 
 def _prctl_errno(*args: int) -> int:
-    """Repeat a failed ``prctl`` through an errno-keeping handle; returns its errno (the bad
-    path only: the call fails the same way again)."""
+    """Repeat a failed ``prctl`` through an errno-keeping handle; returns its errno, 0 if
+    the repeat succeeded (the bad path only: it normally fails the same way again)."""
     fn = ctypes.CDLL(None, use_errno=True).prctl
     return 0 if fn(*args) == 0 else ctypes.get_errno()
 
@@ -177,10 +177,10 @@ def set_pdeathsig(sig: int) -> None:
     """
     if _prctl()(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
         err = _prctl_errno(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        raise OSError(
-            err,
-            f"prctl(PR_SET_PDEATHSIG, {sig}) failed: {errno.errorcode.get(err, err)}",
-        )
+        if err:  # (a retry that succeeded has set it after all)
+            raise OSError(
+                err, f"prctl(PR_SET_PDEATHSIG, {sig}) failed: {errno.errorcode.get(err, err)}"
+            )
 
 
 def save_coverage() -> None:

@@ -4,14 +4,14 @@ Lifecycle of a group:
 
 1. checks (arguments, the torch fork hazard), a private short workdir, the sync mesh;
 2. ``os.fork`` x N (no multiprocessing, no spawn: a fork from a warm parent costs ~1-3 ms,
-   a spawn that imports torch ~1.4 s), each with asynchronous signals blocked: a rank
-   unblocks them once its own handlers exist, the parent right after the fork;
+   a spawn that imports torch ~1.4 s), with asynchronous signals blocked: a rank unblocks
+   them once its own handlers exist, the parent once every rank is recorded;
 3. the parent first gives the ranks up to 20 ms to end, and only then closes its copies of
    their fds and hands on the signals it held back (see ``_reap_short_group``: most
    groups are over by then, and the parent's pages are cheaper to write once no rank
-   shares them); one group deadline; the parent sleeps in ``poll`` on pidfds and wakes
-   when a rank ends; with ``fail_fast`` the first failure shrinks the deadline to
-   ``fail_fast_grace``;
+   shares them; a failing rank ends that wait at once); one group deadline; the parent
+   sleeps in ``poll`` on pidfds and wakes when a rank ends; with ``fail_fast`` the first
+   failure shrinks the deadline to ``fail_fast_grace`` after it ended;
 4. at the deadline: SIGUSR1 (faulthandler stack dump), SIGTERM, ``kill_grace``, SIGKILL of
    each rank's process group, reap. Those ranks are TIMED_OUT and carry their stacks;
 5. survivors (any process left in a rank's process group), leftover files, cleanup.
@@ -250,8 +250,9 @@ def run_ranks(
     completed = False
     capture: list[CaptureFds] = []
     try:
-        # From the first resource to the last recorded pid, a Ctrl-C (or pytest-timeout's
-        # SIGALRM) must not raise: it waits until every rank is known (see DeferredSignals).
+        # From the first resource until every rank is recorded and the short-group wait is
+        # over, a Ctrl-C (or pytest-timeout's SIGALRM) must not raise: it waits until then
+        # (see DeferredSignals; at most 20 ms after the last fork).
         with DeferredSignals() as deferred:
             wd = Workdir.open(workdir)
             mesh = Mesh.create(world_size)
@@ -406,18 +407,25 @@ def _fork_all(
 def _reap_short_group(reaper: Reaper, until: float) -> list[tuple[int, WaitStatus]]:
     """Reap the ranks that end within the group's first few ms, before the parent's
     post-fork bookkeeping (closing its copies of the ranks' fds, handing its deferred
-    signals on), so that a short group -- most tests -- does that work once its ranks
-    are gone.  Each page the parent writes while a rank still shares it is a
+    signals on), so that a short passing group -- most tests -- does that work once its
+    ranks are gone.  Each page the parent writes while a rank still shares it is a
     copy-on-write fault (~3.7 us on a 2-core VM, ~1.1 us once the rank has exited): the
     bookkeeping and the judging of the first rank to end touch ~120 of them (measured:
-    0.3 ms CPU less per 2-rank group, wall time unchanged).  A rank's exit alone takes
-    ~4 ms with torch in the parent (its copied page tables go), hence 20 ms.  What the
-    wait costs a longer group: a rank that watches a peer's death sees it up to 20 ms
-    later (the parent still holds the life pipes), and a Ctrl-C is held that much
-    longer.  The wait ends as soon as every rank has."""
+    0.3 ms CPU less per passing 2-rank group, wall time unchanged).  A rank's exit alone
+    takes ~4 ms with torch in the parent (its copied page tables go), hence 20 ms.
+
+    The wait ends as soon as every rank has, and at once when one ends in anything but a
+    clean exit 0 (or was reaped elsewhere): a failure must reach fail-fast, and the
+    others must see the dead rank's life pipe close, without this delay.  What it still
+    costs a longer group: a wait on a rank that returned normally notices that it is
+    gone up to 20 ms later (the parent still holds the life pipes), and a Ctrl-C is held
+    that long."""
     ended: list[tuple[int, WaitStatus]] = []
     while reaper.live and time.monotonic() < until:
-        ended += reaper.wait(until)
+        batch = reaper.wait(until)
+        ended += batch  # every status of the batch: the reaper has let go of those pids
+        if any(status != 0 for _, status in batch):
+            break
     return ended
 
 
@@ -447,8 +455,8 @@ def _supervise(
             rank.records = read_records(wd.file(rank.rank, "res"))
             if failed(status, rank.records):
                 failure_order.append(rank.rank)
-                if fail_fast:
-                    cut = time.monotonic() + fail_fast_grace
+                if fail_fast:  # the grace counts from when the rank was reaped
+                    cut = reaper.reaped_at[pid] + fail_fast_grace
                     if cut < deadline:
                         deadline = cut
                         reason = (

@@ -13,7 +13,7 @@ import os
 import pickle
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from ._channel import Record, read_all, read_records
 from ._outcome import FaultRecord, RankOutcome, Status, signal_name
@@ -118,7 +118,7 @@ def judge(r: RankState, wd: Workdir) -> RankOutcome:
     # The status and what the result record adds, decided first and built once: a
     # dataclasses.replace() per step re-ran the frozen __init__ (it showed in the
     # parent's per-group cost, where every page touched is a fault after each fork).
-    extra: dict[str, Any] = {}
+    extra: _ResultFields = {}
     if r.killed_by_harness or not r.ended:
         status = Status.TIMED_OUT
     elif r.reaped_elsewhere:
@@ -170,7 +170,17 @@ def _unpickled_or_none(data: object) -> BaseException | None:
     return exc if isinstance(exc, BaseException) else None
 
 
-def _read_result(final: Record | None, rank: int) -> tuple[Status | None, dict[str, Any]]:
+class _ResultFields(TypedDict, total=False):
+    """The RankOutcome fields a result record fills in (typed: a misspelt key fails mypy)."""
+
+    value: object
+    exc_type: str
+    exc_message: str
+    traceback: str
+    exception: BaseException | None
+
+
+def _read_result(final: Record | None, rank: int) -> tuple[Status | None, _ResultFields]:
     """What the rank's last result record says: OK or RAISED, and the RankOutcome fields
     of the value or the exception; ``(None, {})`` for no record or one of an unknown shape
     (the rank is then judged by its exit alone)."""

@@ -88,3 +88,13 @@ def test_a_short_write_is_finished_in_order(tmp_path, monkeypatch):
         ("fault", {"a": 1}),
         ("ok", [1]),
     ]
+
+
+def test_the_returned_none_record_alone_reads_back_as_a_fresh_ok_record(tmp_path):
+    """The runner reads this, the commonest file, without an unpickler: it must still be
+    the record the rank wrote, and callers must not share (and so alter) one payload."""
+    path = tmp_path / "0.res"
+    path.write_bytes(ok_record(None))
+    first, second = read_records(str(path)), read_records(str(path))
+    assert [(r.kind, r.payload) for r in first] == [("ok", {"value": None})]
+    assert first[0].payload is not second[0].payload

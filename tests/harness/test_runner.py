@@ -550,23 +550,78 @@ def test_a_raising_handler_of_a_signal_sent_during_the_forks_loses_no_rank(
         signal.signal(signal.SIGUSR2, old)
 
 
-def test_the_short_group_wait_ends_as_soon_as_every_rank_has():
+def _fork_exiting_on(pipe: tuple[int, int] | None, code: int) -> int:
+    """A child that exits with ``code`` at once, or once the test closes ``pipe``'s write
+    end (the child drops its own copy first)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        if pipe is not None:
+            os.close(pipe[1])
+            os.read(pipe[0], 1)  # EOF once the test closed the write end
+        os._exit(code)
+    return pid
+
+
+def test_the_short_group_wait_ends_as_soon_as_every_rank_has(monkeypatch, leftover_children):
     """run_ranks gives a group up to 20 ms to end before its post-fork bookkeeping; the
-    wait must not last a moment longer than the ranks do (here: a deadline of a minute)."""
+    wait must go on past the first rank to end (here the second is let go only after the
+    first wait returned) and must not last a moment longer than the last one does (its
+    deadline is a minute away)."""
     from tpbcast.harness._reaper import Reaper
     from tpbcast.harness._runner import _reap_short_group
 
+    r, w = os.pipe()
     reaper = Reaper()
-    pids = []
-    for code in (3, 4):
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            os._exit(code)
-        pids.append(pid)
-        reaper.add(pid)
-    until = time.monotonic() + 60.0
-    ended = _reap_short_group(reaper, until)
-    codes = sorted((p, os.WEXITSTATUS(s)) for p, s in ended)
-    assert codes == sorted(zip(pids, (3, 4), strict=True))
-    assert not reaper.live and time.monotonic() < until
-    reaper.close()
+    waits: list[list[int]] = []
+    try:
+        first = _fork_exiting_on(None, 0)
+        second = _fork_exiting_on((r, w), 0)
+        leftover_children.extend([first, second])
+        for pid in (first, second):
+            reaper.add(pid)
+        os.close(r)
+        real_wait = reaper.wait
+
+        def wait_then_let_the_second_go(deadline):
+            got = real_wait(deadline)
+            waits.append([pid for pid, _ in got])
+            if len(waits) == 1:
+                os.close(w)
+            return got
+
+        monkeypatch.setattr(reaper, "wait", wait_then_let_the_second_go)
+        until = time.monotonic() + 60.0
+        ended = _reap_short_group(reaper, until)
+        assert waits[0] == [first]  # the fault: only the first had ended at the first wait
+        assert sorted(pid for pid, _ in ended) == sorted([first, second])
+        assert [os.WEXITSTATUS(status) for _, status in ended] == [0, 0]
+        assert not reaper.live and time.monotonic() < until
+    finally:
+        if not waits:  # the write end is still ours to close
+            os.close(w)
+        reaper.close()
+
+
+def test_a_failing_rank_ends_the_short_group_wait_at_once(leftover_children):
+    """A rank that fails must reach fail-fast (and its peers must see it gone) without the
+    20 ms delay: the wait returns at its exit, while the other rank still runs."""
+    from tpbcast.harness._reaper import Reaper
+    from tpbcast.harness._runner import _reap_short_group
+
+    r, w = os.pipe()
+    reaper = Reaper()
+    try:
+        runs_on = _fork_exiting_on((r, w), 0)
+        fails = _fork_exiting_on(None, 3)
+        leftover_children.extend([runs_on, fails])
+        for pid in (runs_on, fails):
+            reaper.add(pid)
+        until = time.monotonic() + 10.0
+        ended = _reap_short_group(reaper, until)
+        assert [(pid, os.WEXITSTATUS(status)) for pid, status in ended] == [(fails, 3)]
+        assert reaper.live == {runs_on}  # the other rank was not waited for
+        assert time.monotonic() < until
+    finally:
+        os.close(r)
+        os.close(w)
+        reaper.close()

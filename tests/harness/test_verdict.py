@@ -86,3 +86,27 @@ def test_judge_the_last_result_record_decides_a_normal_exit(tmp_path):
     assert (raised.exc_type, raised.exc_message, raised.traceback) == ("ValueError", "bad", "tb")
     odd = _judged(tmp_path, _exited(0), [Record("ok", "not a dict")])
     assert odd.status is Status.EXITED and odd.exit_code == 0  # judged by its exit alone
+
+
+def test_judge_an_unloadable_result_is_raised_unless_the_rank_was_reaped_elsewhere(tmp_path):
+    from tpbcast.harness import Status
+
+    bad = [Record("unloadable", "UnpicklingError: truncated")]
+    o = _judged(tmp_path, _exited(0), bad)
+    assert o.status is Status.RAISED and o.exc_type == "tpbcast.harness.UnloadableResult"
+    assert o.exc_message == "rank 0's result could not be unpickled: UnpicklingError: truncated"
+    elsewhere = _judged(tmp_path, None, bad)
+    assert elsewhere.status is Status.UNKNOWN  # the record may predate a crash
+    assert elsewhere.exc_type == "tpbcast.harness.UnloadableResult"
+    assert "its result record could not be unpickled" in elsewhere.note
+
+
+def test_judge_a_rank_that_never_ended_is_timed_out(tmp_path):
+    """Not reaped at all (the kill did not take within its bound): TIMED_OUT, not EXITED."""
+    from tpbcast.harness import Status
+    from tpbcast.harness._verdict import RankState, judge
+    from tpbcast.harness._workdir import Workdir
+
+    wd = Workdir(str(tmp_path), False, str(tmp_path), {})
+    o = judge(RankState(0, 4242, 0.0, records=[Record("ok", {"value": 1})]), wd)
+    assert o.status is Status.TIMED_OUT and o.value is None
