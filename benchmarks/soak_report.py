@@ -194,6 +194,21 @@ def plot(report: SoakReport, path: Path) -> bool:
         ax_rss.axhline(limit, color=look["color"], linestyle=":", linewidth=0.8, alpha=0.7)
         rss_low, rss_high = min(rss_low, *rss), max(rss_high, limit)
     ax_rss.set_ylim(rss_low - 1.0, rss_high + 1.0)  # the tolerance stays in view
+    # Ranks whose fd lines coincide (all flat at the same count, the usual good outcome)
+    # hide each other whatever the line styles: name them at the lines' right end.
+    last_fds: dict[int, list[int]] = {}
+    for value in report.raw:
+        last_fds.setdefault(value["fds"][-1], []).append(value["rank"])
+    for count, ranks in sorted(last_fds.items()):
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+        ax_fd.annotate(
+            f"{who}: {count} fds at the end",
+            xy=(len(report.raw[0]["fds"]) - 1, count),
+            xytext=(-6, 5),
+            textcoords="offset points",
+            ha="right",
+            fontsize=8,
+        )
     low_fd = min(min(v["fds"]) for v in report.raw)
     high_fd = max(max(v["fds"]) for v in report.raw)
     ax_fd.set_ylim(low_fd - 1.5, high_fd + 1.5 + c.fd_tolerance)
