@@ -237,10 +237,11 @@ def bench(session: nox.Session) -> None:
     quick = "quick" in session.posargs
     rest = [arg for arg in session.posargs if arg != "quick"]
     reports = f"{session.create_tmp()}/quick" if quick else "reports"
-    session.run("python", "benchmarks/bench_dispatch.py", *rest)
+    out = ("--out", f"{reports}/bench")
+    # broadcast_cpu on the UDS path vs the gloo fallback (<reports>/bench/dispatch.md).
+    session.run("python", "benchmarks/bench_dispatch.py", *out, *rest)
     # Broadcast latency/throughput vs size, reference vs its baselines (~1 min on 2 idle
     # cores; `quick`: 4 sizes, a tenth of the rounds); <reports>/bench/broadcast*.
-    out = ("--out", f"{reports}/bench")
     session.run("python", "benchmarks/bench_broadcast.py", *out, *(["--quick"] if quick else []))
     # Per-test cost of a multi-rank test (tpbcast_run vs torch's MultiProcessTestCase and
     # MultiProcContinuousTest), run_ranks vs a bare fork, fork cost vs parent size, the

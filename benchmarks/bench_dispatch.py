@@ -17,7 +17,10 @@ with rank 0's bytes, drawn from a shared seed).
 Usage::
 
     python benchmarks/bench_dispatch.py [--tp 2 4] [--sizes 64 1024 4096]
-        [--iters 1000] [--warmup 100] [--json out.json]
+        [--iters 1000] [--warmup 100] [--json out.json] [--out reports/bench]
+
+``--out DIR`` also writes ``DIR/dispatch.md``, the section ``bench_summary.py`` puts in
+``bench.md``.
 
 The parent imports torch but runs no torch op (forked children would hang in
 the OpenMP pool); each rank uses ``torch.set_num_threads(1)``.
@@ -35,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 DEADLINE = 300.0  # seconds for one TP group, everything included
@@ -213,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--json", help="also write the summary (and raw samples) here")
+    parser.add_argument("--out", type=Path, help="also write the section DIR/dispatch.md")
     args = parser.parse_args(argv)
 
     import torch  # noqa: F401  - imported once here so forked ranks inherit it (no op runs)
@@ -253,10 +258,44 @@ def main(argv: list[str] | None = None) -> int:
                 "uds_call_median": uds_call,
                 "fallback_call_median": fb_call,
             }
+    report["loadavg_after"] = os.getloadavg()[0]
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(report, handle, indent=2)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "dispatch.md").write_text(section(report, args.warmup))
     return 0
+
+
+def section(report: dict[str, Any], warmup: int) -> str:
+    """The markdown section for bench.md: what a sample is, the load, one row per cell."""
+    method = " ".join((__doc__ or "").split("\n\n")[1].split())
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    lines = [
+        "## Dispatch: broadcast_cpu on the UDS path vs the collective fallback (gloo)",
+        "",
+        f"`benchmarks/bench_dispatch.py`, run {when}, "
+        f"{report['cpus']} CPUs, {report['iters']} timed calls per cell after {warmup} warm-up; "
+        f"load average (1 min) {report['loadavg_before']:.2f} before, "
+        f"{report['loadavg_after']:.2f} after.",
+        "",
+        method,
+        "",
+        "| TP | payload | UDS round p50 (us) | p99 | fallback round p50 (us) | p99 "
+        "| fallback / UDS p50 | p99 | rank 0's own call p50, UDS / fallback (us) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for cell, row in report["groups"].items():
+        tp, size = cell.removeprefix("tp").split("/")
+        uds, fb = row["uds"], row["fallback"]
+        lines.append(
+            f"| {tp} | {size} B | {uds['median']:.1f} | {uds['p99']:.1f} | "
+            f"{fb['median']:.1f} | {fb['p99']:.1f} | {fb['median'] / uds['median']:.1f}x | "
+            f"{fb['p99'] / uds['p99']:.1f}x | {row['uds_call_median']:.1f} / "
+            f"{row['fallback_call_median']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

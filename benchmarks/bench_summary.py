@@ -19,7 +19,7 @@ import re
 import time
 from pathlib import Path
 
-ORDER = ("broadcast", "harness")
+ORDER = ("broadcast", "harness", "dispatch")
 SIBLINGS = ("soak",)  # reports/<name>/<name>.md, written by benchmarks/<name>.py
 SUMMARY = "bench.md"
 # A relative link target: not a URL (any scheme, any case), not absolute, not already

@@ -37,7 +37,7 @@ def test_bench_dispatch_times_both_paths(tmp_path: Path) -> None:
             sys.executable,
             str(BENCHMARKS / "bench_dispatch.py"),
             *("--tp", "2", "--sizes", "64", "--iters", "20", "--warmup", "2"),
-            *("--json", str(out)),
+            *("--json", str(out), "--out", str(tmp_path)),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -55,6 +55,11 @@ def test_bench_dispatch_times_both_paths(tmp_path: Path) -> None:
     for path in ("uds", "fallback"):
         assert cell[path]["n"] == 20, cell
         assert cell[path]["median"] > 0, cell
+    section = (tmp_path / "dispatch.md").read_text()  # bench.md's section, same numbers
+    ratio = cell["fallback"]["median"] / cell["uds"]["median"]
+    row = f"| 2 | 64 B | {cell['uds']['median']:.1f} | {cell['uds']['p99']:.1f} | "
+    assert row in section and f"| {ratio:.1f}x |" in section, section
+    assert section.startswith("## Dispatch:") and "load average" in section
 
 
 def test_bench_broadcast_measures_every_method_on_verified_bytes() -> None:
@@ -115,7 +120,7 @@ def test_the_summary_takes_in_the_soak_report_as_a_section(tmp_path: Path) -> No
     assert "[top](#verdicts) [abs](/srv/x.md) [caps](HTTPS://x/z)" in text
     assert "```\n# not a heading\n[kept](soak.json)\n```" in text  # code is left alone
     assert text.index("## Broadcast") < text.index("## Soak")
-    assert "Not run into this folder yet: harness." in text
+    assert "Not run into this folder yet: harness, dispatch." in text
 
 
 class _RefusingRank:
