@@ -135,7 +135,7 @@ def judge(r: RankState, wd: Workdir) -> RankOutcome:
         status = Status.SIGNALED
     else:
         found, extra = _read_result(final, r.rank)
-        status = found or Status.EXITED
+        status = Status.EXITED if found is None else found
     return RankOutcome(
         rank=r.rank,
         pid=r.pid,
