@@ -480,6 +480,10 @@ def test_an_exception_whose_str_fails_is_still_reported():
     assert "raises_unprintable" in o.traceback
 
 
+def blocks_until_killed(ctx):
+    select.select([], [], [], 60.0)  # runs until the runner kills it
+
+
 def test_a_rank_fork_that_fails_midway_takes_the_started_ranks_down(monkeypatch, leftover_children):
     """run_ranks forks every rank first and records them after the last fork: when the
     second fork fails (EAGAIN: out of processes), the first rank must still be known to the
@@ -496,12 +500,9 @@ def test_a_rank_fork_that_fails_midway_takes_the_started_ranks_down(monkeypatch,
         started.append(pid)
         return pid
 
-    def blocks(ctx):
-        select.select([], [], [], 60.0)  # runs until the runner kills it
-
     monkeypatch.setattr(_runner, "_fork", second_fork_fails)
     with pytest.raises(BlockingIOError, match="Resource temporarily unavailable"):
-        run_ranks(blocks, 2, timeout=T)
+        run_ranks(blocks_until_killed, 2, timeout=T)
     assert len(started) == 1  # the fault happened: one rank up, the second fork failed
     with pytest.raises(ChildProcessError):  # reaped: no longer our child
         os.waitpid(started[0], os.WNOHANG)
@@ -534,14 +535,11 @@ def test_a_raising_handler_of_a_signal_sent_during_the_forks_loses_no_rank(
         signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)
         return pid
 
-    def blocks(ctx):
-        select.select([], [], [], 60.0)  # runs until the runner kills it
-
     monkeypatch.setattr(_runner, "_fork", fork_then_signal)
     old = signal.signal(signal.SIGUSR2, _raise_from_handler)
     try:
         with pytest.raises(_HandlerRaisedError):
-            run_ranks(blocks, 3, timeout=T)
+            run_ranks(blocks_until_killed, 3, timeout=T)
         assert len(forked) == 3  # the fault happened after every fork...
         for pid in forked:  # ...and no rank was lost
             with pytest.raises(ChildProcessError):
