@@ -240,7 +240,7 @@ def run_ranks(
     preload()
     group_seed = _resolve_seed(seed, faults)
     reset_signals, reset_wakeup = _signals_to_reset(sigpipe)
-    signal_mask = tuple(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, ()))
+    signal_mask = tuple(_signal.pthread_sigmask(_signal.SIG_BLOCK, ()))  # ints, no enums
     single_torch = ranks_need_single_torch()
     wd: Workdir | None = None
     mesh: Mesh | None = None
