@@ -10,6 +10,8 @@ Created by the parent before forking, pruned in each rank right after fork:
 - ``life[r]``: only rank r keeps the write end, everyone else the read end; when rank r
   ends, the read ends see POLLHUP. That is how ``wait`` fails fast and by name instead of
   sleeping until its deadline when the rank it waits for has died.
+- ``exits``: the parent's own liveness channel, one socket for the whole group (every
+  rank holds the write end): see ``_exitsocket``.
 
 No sleeps, no polling of files: a rank blocks in ``poll`` until a message, a death, or its
 deadline.
@@ -24,6 +26,8 @@ import select
 import time
 from dataclasses import dataclass
 
+from ._exitsocket import ExitSocket, WaitEnd
+
 __all__ = ["Mesh", "MeshEnd"]
 
 _MAX_NAME_BYTES = 512
@@ -37,6 +41,7 @@ class Mesh:
     inbox_w: list[int]
     life_r: list[int]
     life_w: list[int]
+    exits: ExitSocket
 
     @classmethod
     def create(cls, world_size: int) -> Mesh:
@@ -49,11 +54,21 @@ class Mesh:
                 r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
                 life_r.append(r)
                 life_w.append(w)
+            exits = ExitSocket()
         except BaseException:
             for fd in inbox_r + inbox_w + life_r + life_w:
                 os.close(fd)
             raise
-        return cls(inbox_r, inbox_w, life_r, life_w)
+        return cls(inbox_r, inbox_w, life_r, life_w, exits)
+
+    def parent_wait_short(self, timeout_ms: int) -> WaitEnd:
+        """Right after the last fork: drop the parent's copies of the life write ends, so
+        that a rank's death reaches its peers at once, then sleep until every rank has
+        ended, one has failed, or ``timeout_ms`` passed (see _exitsocket)."""
+        for fd in self.life_w:
+            os.close(fd)
+        self.life_w = []
+        return self.exits.wait(timeout_ms)
 
     def parent_after_fork(self) -> None:
         """Keep only the inbox read ends (see module docstring) in the parent."""
@@ -66,6 +81,7 @@ class Mesh:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.inbox_r, self.inbox_w, self.life_r, self.life_w = [], [], [], []
+        self.exits.close()
 
     def not_for(self, rank: int) -> tuple[int, ...]:
         """The fds rank ``rank`` must close right after fork (computed in the parent, so
@@ -73,7 +89,7 @@ class Mesh:
         write ends, or their deaths would go unnoticed while this rank lives."""
         n = len(self.inbox_r)
         others = [fd for j in range(n) if j != rank for fd in (self.inbox_r[j], self.life_w[j])]
-        return (*others, self.inbox_w[rank], self.life_r[rank])
+        return (*others, self.inbox_w[rank], self.life_r[rank], self.exits.read_fd)
 
     def for_rank(self, rank: int) -> MeshEnd:
         """Close what rank ``rank`` must not hold and wrap the rest (call in the child)."""

@@ -6,12 +6,13 @@ Lifecycle of a group:
 2. ``os.fork`` x N (no multiprocessing, no spawn: a fork from a warm parent costs ~1-3 ms,
    a spawn that imports torch ~1.4 s), with asynchronous signals blocked: a rank unblocks
    them once its own handlers exist, the parent once every rank is recorded;
-3. the parent first gives the ranks up to 20 ms to end, and only then closes its copies of
-   their fds and hands on the signals it held back (see ``_reap_short_group``: most
-   groups are over by then, and the parent's pages are cheaper to write once no rank
-   shares them; a failing rank ends that wait at once); one group deadline; the parent
-   sleeps in ``poll`` on pidfds and wakes when a rank ends; with ``fail_fast`` the first
-   failure shrinks the deadline to ``fail_fast_grace`` after it ended;
+3. the parent drops its copies of the ranks' life pipes, then sleeps up to 20 ms in one
+   ``poll`` until every rank has ended (or one failed: see ``_exitsocket``), and only
+   then records the ranks, closes its copies of their fds and hands on the signals it
+   held back: most groups are over by then, and the parent's pages are cheaper to write
+   once no rank shares them; one group deadline; the parent sleeps in ``poll`` on
+   pidfds and wakes when a rank ends; with ``fail_fast`` the first failure shrinks the
+   deadline to ``fail_fast_grace`` after it ended;
 4. at the deadline: SIGUSR1 (faulthandler stack dump), SIGTERM, ``kill_grace``, SIGKILL of
    each rank's process group, reap. Those ranks are TIMED_OUT and carry their stacks;
 5. survivors (any process left in a rank's process group), leftover files, cleanup.
@@ -59,7 +60,7 @@ SEED_ENV = "TPBCAST_SEED"
 _DUMP_WAIT_MAX = 1.0  # seconds to wait for faulthandler dumps of hung ranks
 _REAP_AFTER_KILL = 10.0  # a SIGKILLed process normally goes in microseconds
 _SURVIVOR_GRACE = 0.5  # grandchildren killed by PDEATHSIG need a moment to go
-_SHORT_GROUP = 0.02  # seconds after the last fork: see _reap_short_group
+_SHORT_GROUP = 0.02  # seconds after the last fork: see _exitsocket
 
 
 def _resolve_seed(seed: int | None, faults: FaultPlan | None) -> int:
@@ -287,13 +288,14 @@ def run_ranks(
                         *mesh.not_for(r),
                         *(fd for j, fds in enumerate(capture) if j != r for fd in fds),
                     ),
+                    exit_fd=mesh.exits.write_fd,
                     check_fds=check_fds,
                     faults=faults.for_rank(r) if faults is not None else {},
                 )
                 for r in range(world_size)
             ]
-            _fork_all(specs, ranks, reaper, mesh, targets=targets, args=args)
-            ended_early = _reap_short_group(reaper, min(deadline, time.monotonic() + _SHORT_GROUP))
+            _fork_all(specs, ranks, reaper, mesh, deadline=deadline, targets=targets, args=args)
+            ended_early = reaper.wait(time.monotonic())  # the ones gone already, no wait
             mesh.parent_after_fork()
             _close_capture(capture)
         failure_order = _supervise(
@@ -357,11 +359,18 @@ def _fork_all(
     reaper: Reaper,
     mesh: Mesh,
     *,
+    deadline: float,
     targets: tuple[Target, ...],
     args: tuple[object, ...],
 ) -> None:
-    """Fork every rank, then append each to ``ranks`` and ``reaper`` (also when a fork
-    fails midway: the ones already started are killed and reaped by the caller).
+    """Fork every rank, give the group up to ``_SHORT_GROUP`` to end, then append each
+    rank to ``ranks`` and ``reaper`` (also when a fork fails midway: the ones already
+    started are killed and reaped by the caller).
+
+    The wait comes before the bookkeeping: most groups are over within it, and each page
+    the parent writes while a rank still shares it is a copy-on-write fault (see
+    _exitsocket).  The parent's copies of the life pipes go first, so that a rank's
+    death reaches its peers at once.
 
     gc.freeze: a garbage collection in a rank would otherwise walk every object it
     inherited and copy-on-write fault the whole heap (tens of ms with torch loaded).
@@ -393,6 +402,7 @@ def _fork_all(
             for spec, child in zip(specs, children, strict=True):
                 forked_at = time.monotonic()
                 forked.append((spec.rank, _fork(child), forked_at))
+            mesh.parent_wait_short(int(min(_SHORT_GROUP, deadline - time.monotonic()) * 1000))
         finally:
             if freeze:
                 gc.unfreeze()
@@ -402,31 +412,6 @@ def _fork_all(
                 reaper.add(pid)
     finally:
         restore_signal_mask(mask)
-
-
-def _reap_short_group(reaper: Reaper, until: float) -> list[tuple[int, WaitStatus]]:
-    """Reap the ranks that end within the group's first few ms, before the parent's
-    post-fork bookkeeping (closing its copies of the ranks' fds, handing its deferred
-    signals on), so that a short passing group -- most tests -- does that work once its
-    ranks are gone.  Each page the parent writes while a rank still shares it is a
-    copy-on-write fault (~3.7 us on a 2-core VM, ~1.1 us once the rank has exited): the
-    bookkeeping and the judging of the first rank to end touch ~120 of them (measured:
-    0.3 ms CPU less per passing 2-rank group, wall time unchanged).  A rank's exit alone
-    takes ~4 ms with torch in the parent (its copied page tables go), hence 20 ms.
-
-    The wait ends as soon as every rank has, and at once when one ends in anything but a
-    clean exit 0 (or was reaped elsewhere): a failure must reach fail-fast, and the
-    others must see the dead rank's life pipe close, without this delay.  What it still
-    costs a longer group: a wait on a rank that returned normally notices that it is
-    gone up to 20 ms later (the parent still holds the life pipes), and a Ctrl-C is held
-    that long."""
-    ended: list[tuple[int, WaitStatus]] = []
-    while reaper.live and time.monotonic() < until:
-        batch = reaper.wait(until)
-        ended += batch  # every status of the batch: the reaper has let go of those pids
-        if any(status != 0 for _, status in batch):
-            break
-    return ended
 
 
 def _supervise(
@@ -441,8 +426,8 @@ def _supervise(
     kill_grace: float,
     timeout: float,
 ) -> list[int]:
-    """Wait for the ranks up to the deadline (judging the ones ``_reap_short_group``
-    already reaped first); fail-fast shrinks the deadline at the first failure.  Returns
+    """Wait for the ranks up to the deadline (judging the ones already reaped after the
+    short-group wait first); fail-fast shrinks the deadline at the first failure.  Returns
     the ranks in the order they failed; stops the ones still running at the deadline."""
     by_pid = {r.pid: r for r in ranks}
     failure_order: list[int] = []

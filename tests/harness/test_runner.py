@@ -560,66 +560,130 @@ def _fork_exiting_on(pipe: tuple[int, int] | None, code: int) -> int:
     return pid
 
 
-def test_the_short_group_wait_ends_as_soon_as_every_rank_has(monkeypatch, leftover_children):
-    """run_ranks gives a group up to 20 ms to end before its post-fork bookkeeping; the
-    wait must go on past the first rank to end (here the second is let go only after the
-    first wait returned) and must not last a moment longer than the last one does (its
-    deadline is a minute away)."""
-    from tpbcast.harness._reaper import Reaper
-    from tpbcast.harness._runner import _reap_short_group
+def test_the_exit_socket_wakes_the_parent_once_every_holder_has_ended(leftover_children):
+    """The short-group wait: one wake-up when the last rank is gone, not at the first."""
+    from tpbcast.harness._exitsocket import ExitSocket
 
+    exits = ExitSocket()
     r, w = os.pipe()
-    reaper = Reaper()
-    waits: list[list[int]] = []
     try:
         first = _fork_exiting_on(None, 0)
-        second = _fork_exiting_on((r, w), 0)
+        second = _fork_exiting_on((r, w), 0)  # both hold the write end, inherited
         leftover_children.extend([first, second])
-        for pid in (first, second):
-            reaper.add(pid)
-        os.close(r)
-        real_wait = reaper.wait
-
-        def wait_then_let_the_second_go(deadline):
-            got = real_wait(deadline)
-            waits.append([pid for pid, _ in got])
-            if len(waits) == 1:
-                os.close(w)
-            return got
-
-        monkeypatch.setattr(reaper, "wait", wait_then_let_the_second_go)
-        until = time.monotonic() + 60.0
-        ended = _reap_short_group(reaper, until)
-        assert waits[0] == [first]  # the fault: only the first had ended at the first wait
-        assert sorted(pid for pid, _ in ended) == sorted([first, second])
-        assert [os.WEXITSTATUS(status) for _, status in ended] == [0, 0]
-        assert not reaper.live and time.monotonic() < until
+        os.waitpid(first, 0)  # the fault: one holder is really gone...
+        assert exits.wait(50) == "deadline"  # ...and the wait goes on for the other
+        os.close(w)
+        w = -1
+        assert exits.wait(60_000) == "ended"
+        os.waitpid(second, 0)
     finally:
-        if not waits:  # the write end is still ours to close
+        os.close(r)
+        if w >= 0:
             os.close(w)
-        reaper.close()
+        exits.close()
 
 
-def test_a_failing_rank_ends_the_short_group_wait_at_once(leftover_children):
-    """A rank that fails must reach fail-fast (and its peers must see it gone) without the
-    20 ms delay: the wait returns at its exit, while the other rank still runs."""
-    from tpbcast.harness._reaper import Reaper
-    from tpbcast.harness._runner import _reap_short_group
+def _fork_failing_on(exits, code: int) -> int:
+    from tpbcast.harness._exitsocket import report_failure
 
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        report_failure(exits.write_fd)
+        os._exit(code)
+    return pid
+
+
+def test_a_failure_byte_ends_the_exit_socket_wait_at_once(leftover_children):
+    """A rank that fails must reach fail-fast without the 20 ms delay: its byte wakes the
+    parent while the other rank still runs."""
+    from tpbcast.harness._exitsocket import ExitSocket
+
+    exits = ExitSocket()
     r, w = os.pipe()
-    reaper = Reaper()
     try:
         runs_on = _fork_exiting_on((r, w), 0)
-        fails = _fork_exiting_on(None, 3)
+        fails = _fork_failing_on(exits, 3)
         leftover_children.extend([runs_on, fails])
-        for pid in (runs_on, fails):
-            reaper.add(pid)
-        until = time.monotonic() + 10.0
-        ended = _reap_short_group(reaper, until)
-        assert [(pid, os.WEXITSTATUS(status)) for pid, status in ended] == [(fails, 3)]
-        assert reaper.live == {runs_on}  # the other rank was not waited for
-        assert time.monotonic() < until
+        assert exits.wait(60_000) == "failed"
+        assert os.waitpid(runs_on, os.WNOHANG) == (0, 0)  # the other was not waited for
+        assert os.WEXITSTATUS(os.waitpid(fails, 0)[1]) == 3
     finally:
         os.close(r)
         os.close(w)
-        reaper.close()
+        exits.close()
+
+
+def test_a_failure_byte_is_never_a_sigpipe():
+    """report_failure after the parent closed its end: no SIGPIPE (ranks run with it at its
+    default action), no exception."""
+    from tpbcast.harness._exitsocket import ExitSocket, report_failure
+
+    exits = ExitSocket()
+    fd = os.dup(exits.write_fd)
+    exits.close()
+    old = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        report_failure(fd)  # the peer is gone: EPIPE, suppressed, and we are alive
+        report_failure(fd + 1000)  # not an fd at all: EBADF, suppressed
+    finally:
+        signal.signal(signal.SIGPIPE, old)
+        os.close(fd)
+
+
+@pytest.fixture
+def short_group_waits(monkeypatch):
+    """How each run_ranks short-group wait ended (white box: the wait decides nothing
+    the result shows, only when the parent wakes)."""
+    from tpbcast.harness import _runner
+    from tpbcast.harness._exitsocket import ExitSocket
+
+    ends: list[str] = []
+    real = ExitSocket.wait
+
+    def recorded(self, timeout_ms):
+        ends.append(real(self, timeout_ms))
+        return ends[-1]
+
+    monkeypatch.setattr(ExitSocket, "wait", recorded)
+    monkeypatch.setattr(_runner, "_SHORT_GROUP", 3600.0)  # only the group deadline bounds it
+    return ends
+
+
+def test_a_passing_group_ends_the_short_group_wait_by_itself(short_group_waits):
+    result = run_ranks(returns_rank, 3, timeout=T)
+    assert result.ok, result.report()
+    assert short_group_waits == ["ended"]
+
+
+def raises_or_blocks(ctx):
+    if ctx.rank == 0:
+        raise RuntimeError("rank 0 gives up")
+    blocks_until_killed(ctx)
+
+
+def test_a_rank_that_raises_wakes_the_parent_for_fail_fast(short_group_waits):
+    """The failing rank's byte ends the wait: fail-fast stops the other rank, long
+    before the group deadline that would otherwise end the wait."""
+    result = run_ranks(raises_or_blocks, 2, timeout=T, fail_fast_grace=0.0, kill_grace=0.5)
+    assert short_group_waits == ["failed"]
+    assert result.outcomes[0].status is Status.RAISED
+    assert result.outcomes[1].status is Status.TIMED_OUT
+    assert "fail-fast: rank 0 failed" in result.outcomes[1].note
+
+
+def killed_or_waits(ctx):
+    if ctx.rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    ctx.wait("never notified")  # raises SyncError once rank 0 is gone
+
+
+def test_a_killed_rank_reaches_its_peers_during_the_short_group_wait(short_group_waits):
+    """A rank killed by a signal cannot send its byte; its peers must still see it gone
+    at once (the parent dropped its copies of the life pipes before it went to sleep):
+    rank 1's wait ends in SyncError naming rank 0, and its failure wakes the parent."""
+    result = run_ranks(killed_or_waits, 2, timeout=T)
+    assert result.outcomes[0].signal_name == "SIGKILL"  # the fault happened
+    assert short_group_waits == ["failed"]  # rank 1's byte, not the group deadline
+    peer = result.outcomes[1]
+    assert peer.status is Status.RAISED and "SyncError" in peer.exc_type, result.report()
+    assert "every other rank (0) ended" in peer.exc_message
