@@ -10,8 +10,8 @@ Created by the parent before forking, pruned in each rank right after fork:
 - ``life[r]``: only rank r keeps the write end, everyone else the read end; when rank r
   ends, the read ends see POLLHUP. That is how ``wait`` fails fast and by name instead of
   sleeping until its deadline when the rank it waits for has died.
-- ``exits``: the parent's own liveness channel, one socket for the whole group (every
-  rank holds the write end): see ``_exitsocket``.
+- ``exits``: the parent's own liveness channel, one pipe for the whole group (every
+  rank holds the write end): see ``_exitpipe``.
 
 No sleeps, no polling of files: a rank blocks in ``poll`` until a message, a death, or its
 deadline.
@@ -26,7 +26,7 @@ import select
 import time
 from dataclasses import dataclass
 
-from ._exitsocket import ExitSocket, WaitEnd
+from ._exitpipe import ExitPipe, WaitEnd
 
 __all__ = ["Mesh", "MeshEnd"]
 
@@ -41,7 +41,7 @@ class Mesh:
     inbox_w: list[int]
     life_r: list[int]
     life_w: list[int]
-    exits: ExitSocket
+    exits: ExitPipe
 
     @classmethod
     def create(cls, world_size: int) -> Mesh:
@@ -54,7 +54,7 @@ class Mesh:
                 r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
                 life_r.append(r)
                 life_w.append(w)
-            exits = ExitSocket()
+            exits = ExitPipe()
         except BaseException:
             for fd in inbox_r + inbox_w + life_r + life_w:
                 os.close(fd)
@@ -64,7 +64,7 @@ class Mesh:
     def parent_wait_short(self, timeout_ms: int) -> WaitEnd:
         """Right after the last fork: drop the parent's copies of the life write ends, so
         that a rank's death reaches its peers at once, then sleep until every rank has
-        ended, one has failed, or ``timeout_ms`` passed (see _exitsocket)."""
+        ended, one has failed, or ``timeout_ms`` passed (see _exitpipe)."""
         for fd in self.life_w:
             os.close(fd)
         self.life_w = []

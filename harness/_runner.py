@@ -7,7 +7,7 @@ Lifecycle of a group:
    a spawn that imports torch ~1.4 s), with asynchronous signals blocked: a rank unblocks
    them once its own handlers exist, the parent once every rank is recorded;
 3. the parent drops its copies of the ranks' life pipes, then sleeps up to 20 ms in one
-   ``poll`` until every rank has ended (or one failed: see ``_exitsocket``), and only
+   ``poll`` until every rank has ended (or one failed: see ``_exitpipe``), and only
    then records the ranks, closes its copies of their fds and hands on the signals it
    held back: most groups are over by then, and the parent's pages are cheaper to write
    once no rank shares them; one group deadline; the parent sleeps in ``poll`` on
@@ -60,7 +60,7 @@ SEED_ENV = "TPBCAST_SEED"
 _DUMP_WAIT_MAX = 1.0  # seconds to wait for faulthandler dumps of hung ranks
 _REAP_AFTER_KILL = 10.0  # a SIGKILLed process normally goes in microseconds
 _SURVIVOR_GRACE = 0.5  # grandchildren killed by PDEATHSIG need a moment to go
-_SHORT_GROUP = 0.02  # seconds after the last fork: see _exitsocket
+_SHORT_GROUP = 0.02  # seconds after the last fork: see _exitpipe
 
 
 def _resolve_seed(seed: int | None, faults: FaultPlan | None) -> int:
@@ -369,7 +369,7 @@ def _fork_all(
 
     The wait comes before the bookkeeping: most groups are over within it, and each page
     the parent writes while a rank still shares it is a copy-on-write fault (see
-    _exitsocket).  The parent's copies of the life pipes go first, so that a rank's
+    _exitpipe).  The parent's copies of the life pipes go first, so that a rank's
     death reaches its peers at once.
 
     gc.freeze: a garbage collection in a rank would otherwise walk every object it

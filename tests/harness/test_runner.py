@@ -560,11 +560,11 @@ def _fork_exiting_on(pipe: tuple[int, int] | None, code: int) -> int:
     return pid
 
 
-def test_the_exit_socket_wakes_the_parent_once_every_holder_has_ended(leftover_children):
+def test_the_exit_pipe_wakes_the_parent_once_every_holder_has_ended(leftover_children):
     """The short-group wait: one wake-up when the last rank is gone, not at the first."""
-    from tpbcast.harness._exitsocket import ExitSocket
+    from tpbcast.harness._exitpipe import ExitPipe
 
-    exits = ExitSocket()
+    exits = ExitPipe()
     r, w = os.pipe()
     try:
         first = _fork_exiting_on(None, 0)
@@ -584,7 +584,7 @@ def test_the_exit_socket_wakes_the_parent_once_every_holder_has_ended(leftover_c
 
 
 def _fork_failing_on(exits, code: int) -> int:
-    from tpbcast.harness._exitsocket import report_failure
+    from tpbcast.harness._exitpipe import report_failure
 
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -593,12 +593,12 @@ def _fork_failing_on(exits, code: int) -> int:
     return pid
 
 
-def test_a_failure_byte_ends_the_exit_socket_wait_at_once(leftover_children):
+def test_a_failure_byte_ends_the_exit_pipe_wait_at_once(leftover_children):
     """A rank that fails must reach fail-fast without the 20 ms delay: its byte wakes the
     parent while the other rank still runs."""
-    from tpbcast.harness._exitsocket import ExitSocket
+    from tpbcast.harness._exitpipe import ExitPipe
 
-    exits = ExitSocket()
+    exits = ExitPipe()
     r, w = os.pipe()
     try:
         runs_on = _fork_exiting_on((r, w), 0)
@@ -616,9 +616,9 @@ def test_a_failure_byte_ends_the_exit_socket_wait_at_once(leftover_children):
 def test_a_failure_byte_is_never_a_sigpipe():
     """report_failure after the parent closed its end: no SIGPIPE (ranks run with it at its
     default action), no exception."""
-    from tpbcast.harness._exitsocket import ExitSocket, report_failure
+    from tpbcast.harness._exitpipe import ExitPipe, report_failure
 
-    exits = ExitSocket()
+    exits = ExitPipe()
     fd = os.dup(exits.write_fd)
     exits.close()
     old = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -635,16 +635,16 @@ def short_group_waits(monkeypatch):
     """How each run_ranks short-group wait ended (white box: the wait decides nothing
     the result shows, only when the parent wakes)."""
     from tpbcast.harness import _runner
-    from tpbcast.harness._exitsocket import ExitSocket
+    from tpbcast.harness._exitpipe import ExitPipe
 
     ends: list[str] = []
-    real = ExitSocket.wait
+    real = ExitPipe.wait
 
     def recorded(self, timeout_ms):
         ends.append(real(self, timeout_ms))
         return ends[-1]
 
-    monkeypatch.setattr(ExitSocket, "wait", recorded)
+    monkeypatch.setattr(ExitPipe, "wait", recorded)
     monkeypatch.setattr(_runner, "_SHORT_GROUP", 3600.0)  # only the group deadline bounds it
     return ends
 
