@@ -11,17 +11,22 @@ wakes it once:
 - the read end reports end of file when the last copy is gone: every rank has exited,
   and its memory is already released (the kernel frees a process's address space
   before it closes its files);
-- a rank that ends in anything but a clean exit 0 by its own hand (it raised, a
-  ``SystemExit`` with a non-zero code, a harness failure) writes one byte first, so
+- a rank whose target raised, or returned through ``SystemExit`` with a non-zero code,
+  or whose bootstrap failed, writes one byte on its way out of ``rank_main``, so
   fail-fast is not delayed;
-- a rank killed by a signal cannot write: the parent learns of it when the others have
-  ended too, or at the wait's deadline (``_SHORT_GROUP`` after the last fork, 20 ms).
+- a rank that ends any other way writes nothing: killed by a signal (SIGKILL, SIGSEGV,
+  ``abort()``), stopped (SIGSTOP), or leaving through the target's own ``os._exit(n)``
+  or a C ``exit()``. The parent then learns of it when the others have ended too, or
+  at the wait's deadline (``_SHORT_GROUP`` after the last fork, 20 ms). Its peers are
+  not delayed: they see it gone through the life pipes, which the parent dropped
+  before it went to sleep.
 
 Anything else that keeps a copy of the write end (a rank's forked helper that outlives
 it, a process another thread of the parent forked meanwhile) only makes the wait last
-until its deadline; a target that closes the fd only ends it early. Either way the group
-is then supervised through the pidfds as before: this pipe decides no verdict, only when
-the parent wakes.
+until its deadline; a target that closes the fd only ends it early (and a failing rank
+then writes nothing: the fd number is checked to still be this pipe). Either way the
+group is then supervised through the pidfds as before: this pipe decides no verdict, only
+when the parent wakes.
 """
 
 from __future__ import annotations
@@ -30,9 +35,9 @@ import _signal  # type: ignore[import-not-found]  # CPython's C module behind si
 import os
 import select
 import signal
-from typing import Literal
+from typing import Literal, NamedTuple
 
-__all__ = ["ExitPipe", "WaitEnd", "report_failure"]
+__all__ = ["ExitEnd", "ExitPipe", "WaitEnd", "report_failure"]
 
 WaitEnd = Literal["ended", "failed", "deadline"]
 """How :meth:`ExitPipe.wait` ended: every rank gone, a rank wrote its failure byte, or
@@ -40,17 +45,29 @@ the deadline passed first."""
 
 _FAILED = b"!"
 _SIGPIPE = int(signal.SIGPIPE)
-_SIG_IGN = int(signal.SIG_IGN)
+
+
+class ExitEnd(NamedTuple):
+    """The write end as a rank inherits it: the fd number, and the pipe's identity
+    (``st_dev``, ``st_ino``), so that a rank never writes into another file that got the
+    number after its target closed ours."""
+
+    fd: int
+    dev: int
+    ino: int
 
 
 class ExitPipe:
     """The parent's side: create before the forks, :meth:`wait` after the last one."""
 
     def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
-        # Built before the forks: the wait itself must write as few pages as possible.
+        # The poll object first: nothing to leak if it fails. Built before the forks: the
+        # wait itself must write as few pages as possible.
         self._poll = select.poll()
+        self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
         self._poll.register(self.read_fd, select.POLLIN)
+        st = os.fstat(self.write_fd)
+        self.end = ExitEnd(self.write_fd, st.st_dev, st.st_ino)
 
     def wait(self, timeout_ms: int) -> WaitEnd:
         """Drop the parent's write end, then sleep until every rank's copy is gone, a rank
@@ -61,24 +78,33 @@ class ExitPipe:
         return "failed" if os.read(self.read_fd, 1) else "ended"
 
     def _close_write_end(self) -> None:
-        if self.write_fd >= 0:
-            os.close(self.write_fd)
-            self.write_fd = -1
+        fd, self.write_fd = self.write_fd, -1  # forgotten first: never closed twice
+        if fd >= 0:
+            os.close(fd)
 
     def close(self) -> None:
         """Close both ends (idempotent)."""
         self._close_write_end()
-        if self.read_fd >= 0:
-            os.close(self.read_fd)
-            self.read_fd = -1
+        fd, self.read_fd = self.read_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
-def report_failure(write_fd: int) -> None:
-    """In a rank about to end in failure: wake the parent now. Never raises (the rank is
-    on its way to ``os._exit``). SIGPIPE is ignored first: ranks run with it at its default
-    action, and a parent that is gone must not turn this rank's exit code into a signal."""
+def report_failure(end: ExitEnd) -> None:
+    """In a rank about to end in failure: wake the parent now.
+
+    Writes only if ``end.fd`` is still the exit pipe (a target may have closed it, and
+    another file got the number). SIGPIPE is blocked in this thread first, not ignored
+    process-wide: ranks run with it at its default action, a parent that is gone must not
+    turn this rank's exit code into a signal, and another thread of the rank that writes
+    to a dead peer must still die of it. The rank is on its way to ``os._exit``, which
+    drops a SIGPIPE left pending. OSError is swallowed; anything else propagates, and
+    ``rank_main``'s ``finally`` still ends in ``os._exit``."""
     try:
-        _signal.signal(_SIGPIPE, _SIG_IGN)  # this process is about to exit: no one to restore for
-        os.write(write_fd, _FAILED)
+        st = os.fstat(end.fd)
+        if (st.st_dev, st.st_ino) != (end.dev, end.ino):
+            return
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, (_SIGPIPE,))
+        os.write(end.fd, _FAILED)
     except OSError:
         pass

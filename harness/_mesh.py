@@ -65,9 +65,8 @@ class Mesh:
         """Right after the last fork: drop the parent's copies of the life write ends, so
         that a rank's death reaches its peers at once, then sleep until every rank has
         ended, one has failed, or ``timeout_ms`` passed (see _exitpipe)."""
-        for fd in self.life_w:
-            os.close(fd)
-        self.life_w = []
+        while self.life_w:  # each fd forgotten before it is closed: never closed twice
+            os.close(self.life_w.pop())
         return self.exits.wait(timeout_ms)
 
     def parent_after_fork(self) -> None:

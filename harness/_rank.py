@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ._channel import RecordWriter, ok_record
 from ._context import RankContext
-from ._exitpipe import report_failure
+from ._exitpipe import ExitEnd, report_failure
 from ._faults import PlannedFault
 from ._forksafety import make_rank_torch_safe
 from ._mesh import Mesh
@@ -63,7 +63,7 @@ class RankSpec:
     signal_mask: tuple[int, ...]  # the parent's, restored once our handlers exist
     single_torch: bool
     close_fds: tuple[int, ...]
-    exit_fd: int  # held until exit; a byte on it wakes the parent early (see _exitpipe)
+    exit_end: ExitEnd  # held until exit; a byte on it wakes the parent early (_exitpipe)
     check_fds: bool
     faults: Mapping[str, tuple[PlannedFault, ...]]
 
@@ -214,7 +214,7 @@ def rank_main(
     finally:
         try:
             if code != 0:  # wake the parent now, not at the end of its short-group wait
-                report_failure(spec.exit_fd)
+                report_failure(spec.exit_end)
         finally:
             os._exit(code)
 

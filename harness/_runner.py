@@ -288,7 +288,7 @@ def run_ranks(
                         *mesh.not_for(r),
                         *(fd for j, fds in enumerate(capture) if j != r for fd in fds),
                     ),
-                    exit_fd=mesh.exits.write_fd,
+                    exit_end=mesh.exits.end,
                     check_fds=check_fds,
                     faults=faults.for_rank(r) if faults is not None else {},
                 )

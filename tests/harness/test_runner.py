@@ -571,11 +571,13 @@ def test_the_exit_pipe_wakes_the_parent_once_every_holder_has_ended(leftover_chi
         second = _fork_exiting_on((r, w), 0)  # both hold the write end, inherited
         leftover_children.extend([first, second])
         os.waitpid(first, 0)  # the fault: one holder is really gone...
+        leftover_children.remove(first)
         assert exits.wait(50) == "deadline"  # ...and the wait goes on for the other
         os.close(w)
         w = -1
         assert exits.wait(60_000) == "ended"
         os.waitpid(second, 0)
+        leftover_children.remove(second)
     finally:
         os.close(r)
         if w >= 0:
@@ -588,8 +590,10 @@ def _fork_failing_on(exits, code: int) -> int:
 
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
-        report_failure(exits.write_fd)
-        os._exit(code)
+        try:
+            report_failure(exits.end)
+        finally:
+            os._exit(code)
     return pid
 
 
@@ -607,27 +611,83 @@ def test_a_failure_byte_ends_the_exit_pipe_wait_at_once(leftover_children):
         assert exits.wait(60_000) == "failed"
         assert os.waitpid(runs_on, os.WNOHANG) == (0, 0)  # the other was not waited for
         assert os.WEXITSTATUS(os.waitpid(fails, 0)[1]) == 3
+        leftover_children.remove(fails)
     finally:
         os.close(r)
         os.close(w)
         exits.close()
 
 
-def test_a_failure_byte_is_never_a_sigpipe():
-    """report_failure after the parent closed its end: no SIGPIPE (ranks run with it at its
-    default action), no exception."""
+def test_a_failure_byte_goes_only_to_the_exit_pipe():
+    """A target may close the exit fd, and another file may get its number: the failing
+    rank must not write there (a full pipe would block it until the group deadline)."""
+    from tpbcast.harness._exitpipe import ExitEnd, ExitPipe, report_failure
+
+    exits = ExitPipe()
+    r, w = os.pipe2(os.O_NONBLOCK)
+    try:
+        impostor = ExitEnd(w, exits.end.dev, exits.end.ino)  # the number, not the pipe
+        report_failure(impostor)
+        with pytest.raises(BlockingIOError):
+            os.read(r, 1)  # nothing was written into the other pipe
+        report_failure(exits.end)
+        assert exits.wait(60_000) == "failed"  # the real end still works
+    finally:
+        os.close(r)
+        os.close(w)
+        exits.close()
+
+
+def test_a_failure_byte_is_never_a_sigpipe(leftover_children):
+    """report_failure after the parent closed its end: the rank (SIGPIPE at its default
+    action, as ranks run) must not die of SIGPIPE, and must end with its own code."""
     from tpbcast.harness._exitpipe import ExitPipe, report_failure
 
     exits = ExitPipe()
-    fd = os.dup(exits.write_fd)
-    exits.close()
-    old = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    end = exits.end
+    os.close(exits.read_fd)  # nobody reads any more
+    exits.read_fd = -1
+    with pytest.raises(BrokenPipeError):  # the fault is real (this process ignores SIGPIPE)
+        os.write(end.fd, b"x")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            report_failure(end)  # EPIPE: swallowed, no SIGPIPE death
+        finally:
+            os._exit(7)
+    leftover_children.append(pid)
     try:
-        report_failure(fd)  # the peer is gone: EPIPE, suppressed, and we are alive
-        report_failure(fd + 1000)  # not an fd at all: EBADF, suppressed
+        _, status = os.waitpid(pid, 0)
+        leftover_children.remove(pid)
+        assert os.WIFEXITED(status), f"died of signal {os.WTERMSIG(status)}"
+        assert os.WEXITSTATUS(status) == 7
     finally:
-        signal.signal(signal.SIGPIPE, old)
-        os.close(fd)
+        exits.close()
+
+
+def test_the_parent_keeps_no_fd_of_a_group():
+    """Every group fd the parent opened (the mesh, the exit pipe, the capture files) is
+    closed when run_ranks returns, passing or failing."""
+    run_ranks(returns_rank, 2, timeout=T)  # once-per-process fds (/dev/null) exist now
+    before = sorted(os.listdir("/proc/self/fd"))
+    run_ranks(returns_rank, 2, timeout=T)
+    run_ranks(raises_or_blocks, 2, timeout=T, fail_fast_grace=0.0, kill_grace=0.5)
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_rank_holds_the_exit_pipe_write_end_only():
+    """The read end is among the fds each rank closes first thing; the write end is not."""
+    from tpbcast.harness._mesh import Mesh
+
+    mesh = Mesh.create(3)
+    try:
+        for rank in range(3):
+            closes = mesh.not_for(rank)
+            assert mesh.exits.read_fd in closes
+            assert mesh.exits.write_fd not in closes
+    finally:
+        mesh.parent_close()
 
 
 @pytest.fixture
