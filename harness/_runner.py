@@ -144,6 +144,16 @@ def _signals_to_reset(sigpipe: str) -> tuple[tuple[int, ...], bool]:
     return tuple(reset), wakeup
 
 
+def _rank_signal_mask(sigpipe: str) -> tuple[int, ...]:
+    """The signal mask each rank restores once its handlers exist: the parent's, except
+    that with ``sigpipe="default"`` SIGPIPE is never blocked (a caller that blocked it,
+    for whatever reason, would otherwise turn "dies visibly" into a quiet EPIPE)."""
+    mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, ())  # ints, no Signals enum detour
+    if sigpipe != "inherit":
+        mask.discard(_SIGPIPE)
+    return tuple(mask)
+
+
 def _is_coverage_handler(handler: object) -> bool:
     return "coverage" in str(
         getattr(handler, "__module__", "")
@@ -241,7 +251,7 @@ def run_ranks(
     preload()
     group_seed = _resolve_seed(seed, faults)
     reset_signals, reset_wakeup = _signals_to_reset(sigpipe)
-    signal_mask = tuple(_signal.pthread_sigmask(_signal.SIG_BLOCK, ()))  # ints, no enums
+    signal_mask = _rank_signal_mask(sigpipe)
     single_torch = ranks_need_single_torch()
     wd: Workdir | None = None
     mesh: Mesh | None = None

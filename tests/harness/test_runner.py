@@ -618,20 +618,29 @@ def test_a_failure_byte_ends_the_exit_pipe_wait_at_once(leftover_children):
         exits.close()
 
 
-def test_a_failure_byte_goes_only_to_the_exit_pipe():
+def test_a_failure_byte_goes_only_to_the_exit_pipe(leftover_children):
     """A target may close the exit fd, and another file may get its number: the failing
-    rank must not write there (a full pipe would block it until the group deadline)."""
+    rank must not write there (a full pipe would block it until the group deadline).
+    In a forked child: report_failure blocks SIGPIPE in its thread for good."""
     from tpbcast.harness._exitpipe import ExitEnd, ExitPipe, report_failure
 
     exits = ExitPipe()
     r, w = os.pipe2(os.O_NONBLOCK)
     try:
         impostor = ExitEnd(w, exits.end.dev, exits.end.ino)  # the number, not the pipe
-        report_failure(impostor)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                report_failure(impostor)
+                report_failure(exits.end)
+            finally:
+                os._exit(0)
+        leftover_children.append(pid)
+        assert exits.wait(60_000) == "failed"  # the real end got the byte...
         with pytest.raises(BlockingIOError):
-            os.read(r, 1)  # nothing was written into the other pipe
-        report_failure(exits.end)
-        assert exits.wait(60_000) == "failed"  # the real end still works
+            os.read(r, 1)  # ...and nothing was written into the other pipe
+        os.waitpid(pid, 0)
+        leftover_children.remove(pid)
     finally:
         os.close(r)
         os.close(w)
