@@ -11,9 +11,9 @@ wakes it once:
 - the read end reports end of file when the last copy is gone: every rank has exited,
   and its memory is already released (the kernel frees a process's address space
   before it closes its files);
-- a rank whose target raised, or returned through ``SystemExit`` with a non-zero code,
-  or whose bootstrap failed, writes one byte on its way out of ``rank_main``, so
-  fail-fast is not delayed;
+- a rank whose target raised (``SystemExit`` with a non-zero code included), or whose
+  bootstrap failed, writes one byte on its way out of ``rank_main``, so fail-fast is
+  not delayed;
 - a rank that ends any other way writes nothing: killed by a signal (SIGKILL, SIGSEGV,
   ``abort()``), stopped (SIGSTOP), or leaving through the target's own ``os._exit(n)``
   or a C ``exit()``. The parent then learns of it when the others have ended too, or
