@@ -63,10 +63,16 @@ class ExitPipe:
     def __init__(self) -> None:
         # The poll object first: nothing to leak if it fails. Built before the forks: the
         # wait itself must write as few pages as possible.
+        # Non-blocking: a rank's one write must never wait (the parent reads only after
+        # poll said there is something to read).
         self._poll = select.poll()
-        self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
-        self._poll.register(self.read_fd, select.POLLIN)
-        st = os.fstat(self.write_fd)
+        self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            self._poll.register(self.read_fd, select.POLLIN)
+            st = os.fstat(self.write_fd)
+        except BaseException:
+            self.close()
+            raise
         self.end = ExitEnd(self.write_fd, st.st_dev, st.st_ino)
 
     def wait(self, timeout_ms: int) -> WaitEnd:

@@ -230,6 +230,9 @@ class SignalStorm(FaultAction):
 
         signal.signal(self.signal, handler)
         signal.siginterrupt(self.signal, True)
+        # A storm the rank never receives is no fault: the signal may be blocked here
+        # (inherited from the caller of run_ranks), so let it in.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [self.signal])
         target = threading.main_thread().ident
         assert target is not None
         name = signal_name(self.signal)

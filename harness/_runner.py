@@ -106,6 +106,7 @@ def _validate(
 _SIG_DFL = int(signal.SIG_DFL)
 _SIGPIPE = int(signal.SIGPIPE)
 _SIGTERM = int(signal.SIGTERM)
+_HARNESS_SIGNALS = frozenset((int(signal.SIGUSR1), _SIGTERM))
 _RESETTABLE = tuple(
     int(sig)
     for sig in (signal.SIGCHLD, signal.SIGALRM, signal.SIGUSR2, signal.SIGHUP, signal.SIGTERM)
@@ -145,10 +146,13 @@ def _signals_to_reset(sigpipe: str) -> tuple[tuple[int, ...], bool]:
 
 
 def _rank_signal_mask(sigpipe: str) -> tuple[int, ...]:
-    """The signal mask each rank restores once its handlers exist: the parent's, except
-    that with ``sigpipe="default"`` SIGPIPE is never blocked (a caller that blocked it,
-    for whatever reason, would otherwise turn "dies visibly" into a quiet EPIPE)."""
+    """The signal mask each rank restores once its handlers exist: the caller's, minus
+    the signals the harness relies on in a rank, which a caller (a library, a leaky test,
+    a thread that blocks everything) may have blocked: SIGUSR1 (the stack dump of a hung
+    rank) and SIGTERM (its stop, and coverage's save) always, SIGPIPE unless
+    ``sigpipe="inherit"`` (or "dies visibly" would become a quiet EPIPE)."""
     mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, ())  # ints, no Signals enum detour
+    mask -= _HARNESS_SIGNALS
     if sigpipe != "inherit":
         mask.discard(_SIGPIPE)
     return tuple(mask)

@@ -177,6 +177,19 @@ def test_signal_storm_interrupts_blocking_syscalls_with_eintr():
     assert o.value == 3
 
 
+def test_signal_storm_reaches_a_rank_whose_caller_blocked_the_signal():
+    """A storm the rank never receives is no fault: one the caller of run_ranks blocked
+    must still interrupt the rank's blocking calls."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
+    try:
+        plan = FaultPlan().at(0, "storm", SignalStorm(count=10_000, interval=0.002))
+        result = run_ranks(eintr_reads, 1, timeout=T, faults=plan)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    o = result.outcomes[0]
+    assert o.status is Status.OK and o.value == 3, result.report()
+
+
 def test_signal_storm_delivers_signals_that_interrupt_blocking_calls():
     def target(ctx):
         ctx.point("storm")

@@ -4,6 +4,7 @@ deadline and fail-fast work, and nothing of ours survives a group."""
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import select
 import signal
@@ -164,6 +165,20 @@ def ignores_sigterm(ctx):
     ctx.notify("armed")
     while True:
         time.sleep(0.05)
+
+
+def test_a_caller_that_blocks_sigusr1_and_sigterm_still_gets_stack_and_stop():
+    """The harness's own signals reach a hung rank whatever the caller blocked (a library
+    thread that blocks everything, a leaky test): the stack dump, then the SIGTERM."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1, signal.SIGTERM])
+    try:
+        result = run_ranks(hangs_in_a_named_function, 2, timeout=1.0, kill_grace=5.0)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    hung = result.outcomes[1]
+    assert hung.status is Status.TIMED_OUT, result.report()
+    assert "hangs_in_a_named_function" in (hung.stack_dump or ""), result.report()
+    assert hung.signal_name == "SIGTERM", result.report()
 
 
 def test_sigterm_ignoring_rank_escalates_to_sigkill():
@@ -647,6 +662,40 @@ def test_a_failure_byte_goes_only_to_the_exit_pipe(leftover_children):
         exits.close()
 
 
+def test_a_failure_byte_spares_only_its_own_thread_from_sigpipe(leftover_children):
+    """report_failure blocks SIGPIPE in its own thread, not process-wide: another thread
+    of the rank that writes to a dead peer in the rank's last moments still dies of it."""
+    from tpbcast.harness._exitpipe import ExitPipe, report_failure
+
+    exits = ExitPipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            r, w = os.pipe()
+            os.close(r)
+            go = threading.Event()
+
+            def write_when_told():  # started before: a thread inherits its creator's mask
+                go.wait()
+                os.write(w, b"nobody listens")
+
+            writer = threading.Thread(target=write_when_told)
+            writer.start()
+            report_failure(exits.end)
+            go.set()
+            writer.join()
+        finally:
+            os._exit(7)
+    leftover_children.append(pid)
+    try:
+        _, status = os.waitpid(pid, 0)
+        leftover_children.remove(pid)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGPIPE, status
+    finally:
+        exits.close()
+
+
 def test_a_failure_byte_is_never_a_sigpipe(leftover_children):
     """report_failure after the parent closed its end: the rank (SIGPIPE at its default
     action, as ranks run) must not die of SIGPIPE, and must end with its own code."""
@@ -677,12 +726,14 @@ def test_a_failure_byte_is_never_a_sigpipe(leftover_children):
 
 def test_the_parent_keeps_no_fd_of_a_group():
     """Every group fd the parent opened (the mesh, the exit pipe, the capture files) is
-    closed when run_ranks returns, passing or failing."""
+    closed when run_ranks returns, passing or failing.  (No new fd, rather than the same
+    set: a collection may close a file an earlier test leaked.)"""
     run_ranks(returns_rank, 2, timeout=T)  # once-per-process fds (/dev/null) exist now
-    before = sorted(os.listdir("/proc/self/fd"))
+    gc.collect()
+    before = set(os.listdir("/proc/self/fd"))
     run_ranks(returns_rank, 2, timeout=T)
     run_ranks(raises_or_blocks, 2, timeout=T, fail_fast_grace=0.0, kill_grace=0.5)
-    assert sorted(os.listdir("/proc/self/fd")) == before
+    assert set(os.listdir("/proc/self/fd")) - before == set()
 
 
 def test_a_rank_holds_the_exit_pipe_write_end_only():
