@@ -662,6 +662,15 @@ def test_a_failure_byte_goes_only_to_the_exit_pipe(leftover_children):
         exits.close()
 
 
+def _reaped(pid: int, leftover_children: list[int]) -> int:
+    """The wait status of a child the test forked; until it is reaped, the fixture's
+    cleanup holds its pid (and kills it if an assertion fails first)."""
+    leftover_children.append(pid)
+    _, status = os.waitpid(pid, 0)
+    leftover_children.remove(pid)
+    return status
+
+
 def test_a_failure_byte_spares_only_its_own_thread_from_sigpipe(leftover_children):
     """report_failure blocks SIGPIPE in its own thread, not process-wide: another thread
     of the rank that writes to a dead peer in the rank's last moments still dies of it."""
@@ -687,10 +696,8 @@ def test_a_failure_byte_spares_only_its_own_thread_from_sigpipe(leftover_childre
             writer.join()
         finally:
             os._exit(7)
-    leftover_children.append(pid)
     try:
-        _, status = os.waitpid(pid, 0)
-        leftover_children.remove(pid)
+        status = _reaped(pid, leftover_children)
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGPIPE, status
     finally:
         exits.close()
@@ -714,10 +721,8 @@ def test_a_failure_byte_is_never_a_sigpipe(leftover_children):
             report_failure(end)  # EPIPE: swallowed, no SIGPIPE death
         finally:
             os._exit(7)
-    leftover_children.append(pid)
     try:
-        _, status = os.waitpid(pid, 0)
-        leftover_children.remove(pid)
+        status = _reaped(pid, leftover_children)
         assert os.WIFEXITED(status), f"died of signal {os.WTERMSIG(status)}"
         assert os.WEXITSTATUS(status) == 7
     finally:
