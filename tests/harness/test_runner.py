@@ -575,6 +575,14 @@ def _fork_exiting_on(pipe: tuple[int, int] | None, code: int) -> int:
     return pid
 
 
+def _reaped(pid: int, leftover_children: list[int]) -> int:
+    """The wait status of a child the test forked and put in ``leftover_children``; once
+    reaped it leaves the list (the fixture must not kill a pid that may be reused)."""
+    _, status = os.waitpid(pid, 0)
+    leftover_children.remove(pid)
+    return status
+
+
 def test_the_exit_pipe_wakes_the_parent_once_every_holder_has_ended(leftover_children):
     """The short-group wait: one wake-up when the last rank is gone, not at the first."""
     from tpbcast.harness._exitpipe import ExitPipe
@@ -585,14 +593,12 @@ def test_the_exit_pipe_wakes_the_parent_once_every_holder_has_ended(leftover_chi
         first = _fork_exiting_on(None, 0)
         second = _fork_exiting_on((r, w), 0)  # both hold the write end, inherited
         leftover_children.extend([first, second])
-        os.waitpid(first, 0)  # the fault: one holder is really gone...
-        leftover_children.remove(first)
+        _reaped(first, leftover_children)  # the fault: one holder is really gone...
         assert exits.wait(50) == "deadline"  # ...and the wait goes on for the other
         os.close(w)
         w = -1
         assert exits.wait(60_000) == "ended"
-        os.waitpid(second, 0)
-        leftover_children.remove(second)
+        _reaped(second, leftover_children)
     finally:
         os.close(r)
         if w >= 0:
@@ -625,8 +631,7 @@ def test_a_failure_byte_ends_the_exit_pipe_wait_at_once(leftover_children):
         leftover_children.extend([runs_on, fails])
         assert exits.wait(60_000) == "failed"
         assert os.waitpid(runs_on, os.WNOHANG) == (0, 0)  # the other was not waited for
-        assert os.WEXITSTATUS(os.waitpid(fails, 0)[1]) == 3
-        leftover_children.remove(fails)
+        assert os.WEXITSTATUS(_reaped(fails, leftover_children)) == 3
     finally:
         os.close(r)
         os.close(w)
@@ -654,21 +659,11 @@ def test_a_failure_byte_goes_only_to_the_exit_pipe(leftover_children):
         assert exits.wait(60_000) == "failed"  # the real end got the byte...
         with pytest.raises(BlockingIOError):
             os.read(r, 1)  # ...and nothing was written into the other pipe
-        os.waitpid(pid, 0)
-        leftover_children.remove(pid)
+        _reaped(pid, leftover_children)
     finally:
         os.close(r)
         os.close(w)
         exits.close()
-
-
-def _reaped(pid: int, leftover_children: list[int]) -> int:
-    """The wait status of a child the test forked; until it is reaped, the fixture's
-    cleanup holds its pid (and kills it if an assertion fails first)."""
-    leftover_children.append(pid)
-    _, status = os.waitpid(pid, 0)
-    leftover_children.remove(pid)
-    return status
 
 
 def test_a_failure_byte_spares_only_its_own_thread_from_sigpipe(leftover_children):
@@ -696,6 +691,7 @@ def test_a_failure_byte_spares_only_its_own_thread_from_sigpipe(leftover_childre
             writer.join()
         finally:
             os._exit(7)
+    leftover_children.append(pid)
     try:
         status = _reaped(pid, leftover_children)
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGPIPE, status
@@ -721,6 +717,7 @@ def test_a_failure_byte_is_never_a_sigpipe(leftover_children):
             report_failure(end)  # EPIPE: swallowed, no SIGPIPE death
         finally:
             os._exit(7)
+    leftover_children.append(pid)
     try:
         status = _reaped(pid, leftover_children)
         assert os.WIFEXITED(status), f"died of signal {os.WTERMSIG(status)}"
