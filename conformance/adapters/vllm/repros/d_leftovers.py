@@ -8,7 +8,7 @@ vllm/distributed/device_communicators/shm_broadcast.py (0.33.0):
   (line 542-544) and the notify PUB socket (line 549, bound at line 182); the teardown
   (``_close_zmq``, line 489-492: ``close(linger=0)`` + ``term()``) never unlinks them, and
   they are created with the process umask (0755 under the usual 022), not 0600;
-- the writer's ring is ``shared_memory.SharedMemory(create=True)`` (line 337), which
+- the writer's ring is ``shared_memory.SharedMemory(create=True)`` (line 348), which
   registers it with multiprocessing's resource tracker: a helper process the writer starts
   and that outlives it;
 - the segment is unlinked only by the writer's ``ShmRingBuffer.__del__`` (line 393-397)
