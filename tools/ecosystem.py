@@ -199,24 +199,25 @@ _SHORT: Final = {
 VERDICTS: Final = ("PASS", "FAIL", "ERROR", "UNSUPPORTED", "NOT_APPLICABLE", "NOT_TESTED")
 
 
-def cell(clause: Mapping[str, Any] | None) -> tuple[str, str]:
-    """A clause result as ``(text, css class)``: ``FAIL (expected)`` for an announced
-    failure, ``PASS (stale)`` for an announced verdict that did not happen, ``FAIL (new)``
-    for a failure the expectations file does not announce."""
+def cell(clause: Mapping[str, Any] | None, doc: Mapping[str, Any] | None = None) -> tuple[str, str]:
+    """A clause result of ``doc`` as ``(text, css class)``: ``FAIL (expected)`` for an
+    announced failure, ``PASS (stale: expected FAIL)`` for an announced verdict that did not
+    happen, ``FAIL (new)`` for a failure a run judged against an expectations file did not
+    announce."""
     if clause is None:
         return "", "v-none"
     verdict = str(clause["verdict"])
     text = _SHORT.get(verdict, verdict)
     css = f"v-{verdict.lower()}"
-    expected = clause.get("expected")
-    if expected:
-        outcome = expected.get("outcome")
-        if outcome == "expected":
-            return f"{text} (expected)", f"{css} expected"
-        if outcome == "regression":
-            return f"{text} (new)", f"{css} unexpected"
-        if outcome == "stale":
-            return f"{text} (stale: expected {expected['verdict']})", f"{css} unexpected"
+    expected: Mapping[str, Any] = clause.get("expected") or {}
+    outcome = expected.get("outcome")
+    if outcome == "expected":
+        return f"{text} (expected)", f"{css} expected"
+    if outcome == "stale":
+        return f"{text} (stale: expected {expected['verdict']})", f"{css} unexpected"
+    unexpected = () if doc is None else doc["summary"].get("unexpected") or ()
+    if outcome == "regression" or clause.get("id") in unexpected:
+        return f"{text} (new)", f"{css} unexpected"
     return text, css
 
 
@@ -292,6 +293,7 @@ def render_markdown(results: Sequence[Result]) -> str:
     ran = [r for r in results if r.doc is not None]
     clauses = mt.clause_order([r.doc for r in ran])
     by_impl = {r.entry.name: {c["id"]: c for c in r.doc["clauses"]} for r in ran if r.doc}
+    docs = {r.entry.name: r.doc for r in ran}
     out = [
         "# tpbcast ecosystem matrix",
         "",
@@ -322,7 +324,7 @@ def render_markdown(results: Sequence[Result]) -> str:
         out.append("| clause | level | scope | " + " | ".join(names) + " |")
         out.append("|---|---|---|" + "---|" * len(names))
         for c in (c for c in clauses if c["area"] == area):
-            cells = [cell(by_impl[n].get(c["id"]))[0] for n in names]
+            cells = [cell(by_impl[n].get(c["id"]), docs[n])[0] for n in names]
             out.append(
                 f"| {c['id']} {mt._md(c['title'])} | {c['level']} | {_scope(c)} | "
                 + " | ".join(cells)
@@ -365,6 +367,7 @@ def render_html(results: Sequence[Result]) -> str:
     ran = [r for r in results if r.doc is not None]
     clauses = mt.clause_order([r.doc for r in ran])
     by_impl = {r.entry.name: {c["id"]: c for c in r.doc["clauses"]} for r in ran if r.doc}
+    docs = {r.entry.name: r.doc for r in ran}
     ok = all(r.ok for r in results)
     esc = mt._esc
     parts = [
@@ -407,7 +410,7 @@ def render_html(results: Sequence[Result]) -> str:
             ]
             for n in names:
                 got = by_impl[n].get(c["id"])
-                text, css = cell(got)
+                text, css = cell(got, docs[n])
                 tip = ""
                 if got is not None:
                     reason = (got.get("expected") or {}).get("reason") or ""
