@@ -151,6 +151,8 @@ def test_counts_per_implementation():
         "expected": 1,
     }
     assert eco._counts_text(doc) == "PASS 2, FAIL 2, N/A 1 (1 as expected)"
+    stale = _doc({**SHM, "BCAST-13": "PASS"}, SHM_EXPECTED)  # announced, did not happen
+    assert eco.counts(stale)["expected"] == 0
     md = eco.render_markdown(_results(doc))
     assert "PASS 2, FAIL 2, N/A 1 (1 as expected)" in md and "PASS 4, N/A 1 |" in md
 
@@ -174,23 +176,30 @@ def test_ratio_to_the_reference():
 
 
 @pytest.mark.parametrize(
-    ("verdicts", "expected", "with_expectations", "code"),
+    ("verdicts", "expected", "with_expectations", "problem"),
     [
         # every FAIL announced: 0
-        ({**SHM, "HYG-4": "PASS"}, SHM_EXPECTED, True, 0),
+        ({**SHM, "HYG-4": "PASS"}, SHM_EXPECTED, True, None),
         # a FAIL the file does not announce: 1
-        (SHM, SHM_EXPECTED, True, 1),
+        (SHM, SHM_EXPECTED, True, "not as expected: HYG-4"),
         # an announced FAIL that now passes (stale): 1
-        ({**SHM, "BCAST-13": "PASS", "HYG-4": "PASS"}, SHM_EXPECTED, True, 1),
-        # no expectations file: a SHOULD FAIL is fine, a MUST FAIL is not
-        ({**SHM, "BCAST-13": "PASS"}, None, False, 0),
-        (SHM, None, False, 1),
-        ({**SHM, "BCAST-13": "ERROR"}, None, False, 1),
+        (
+            {**SHM, "BCAST-13": "PASS", "HYG-4": "PASS"},
+            SHM_EXPECTED,
+            True,
+            "not as expected: BCAST-13",
+        ),
+        # no expectations file: a SHOULD FAIL is fine, a MUST FAIL or ERROR is not
+        ({**SHM, "BCAST-13": "PASS"}, None, False, None),
+        (SHM, None, False, "MUST FAIL/ERROR: BCAST-13"),
+        ({**SHM, "BCAST-13": "ERROR"}, None, False, "MUST FAIL/ERROR: BCAST-13"),
     ],
 )
-def test_exit_status(verdicts, expected, with_expectations, code):
+def test_exit_status(verdicts, expected, with_expectations, problem):
     results = _results(_doc(verdicts, expected), with_expectations=with_expectations)
     assert results[2].run is None and results[2].skipped == "module missing"  # never fails
+    assert results[1].problems == (() if problem is None else (problem,))
+    code = 0 if problem is None else 1
     assert eco.exit_code(results) == code
     headline = eco._headline(results)
     assert headline.startswith("OK" if code == 0 else "FAIL: not as expected: shm")
