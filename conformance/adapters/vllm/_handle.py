@@ -10,6 +10,7 @@ run code in the readers.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -116,7 +117,10 @@ def read_handle(path: str) -> HandleFile | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise HandleFileError(f"handle file {path}: cannot read it: {exc}") from None
+        name = errno.errorcode.get(exc.errno or 0, "unknown errno")
+        raise HandleFileError(
+            f"handle file {path}: cannot read it: {name} ({exc.strerror or exc})"
+        ) from None
     try:
         doc = json.loads(raw)
     except ValueError as exc:
