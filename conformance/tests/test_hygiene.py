@@ -88,6 +88,7 @@ def test_failed_initialize_and_broadcast_leave_nothing(tpbcast_run, tpbcast_impl
 
 
 @pytest.mark.clause("HYG-1")
+@pytest.mark.staged_via("uds-v1")
 def test_killed_rank_leaves_no_process(tpbcast_run, tpbcast_impl, tpbcast_faults):
     from tpbcast.harness import Kill
 
@@ -133,6 +134,7 @@ _BROADCAST_DONE = "broadcast done"
 
 
 @pytest.mark.clause("HYG-4")
+@pytest.mark.staged_via("uds-v1")
 def test_normal_exit_without_reset_leaves_no_socket(tpbcast_run, tpbcast_impl):
     def target(ctx):
         path = wire.socket_path(ctx.base_path)
