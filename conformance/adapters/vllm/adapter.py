@@ -161,6 +161,9 @@ class VllmBroadcaster:
     name = NAME
     transport = TRANSPORT
     capabilities = CAPABILITIES
+    # The writer completes one enqueue per free ring slot without any reader reading; an
+    # overflow message (>= 4 MiB) takes a slot too (its bytes wait in zmq).
+    buffered_broadcasts = MAX_CHUNKS
 
     def __init__(self) -> None:
         self.version = _vllm_version()
