@@ -9,7 +9,8 @@ difference: the queue handle travels through a file next to the base path instea
 ``torch.distributed`` broadcast, because the adapter contract has no process group.
 
 - ``initialize``: rank 0 creates the queue, writes its handle (``_handle``: JSON, 0600,
-  tmp + ``os.replace``), then ``wait_until_ready()``; the other ranks poll for the file
+  tmp + ``os.replace``), then ``wait_until_ready()`` (which returns once every reader has
+  subscribed, so rank 0 then removes the file); the other ranks poll for the file
   (the ``connect`` deadline), ``MessageQueue.create_from_handle(handle, rank)``, then
   ``wait_until_ready()``.  World size 1 creates no queue (parallel_state neither).
 - ``broadcast``: rank 0 ``enqueue(bytes(buffer))`` (a torch tensor as itself, vLLM's own
@@ -18,7 +19,8 @@ difference: the queue handle travels through a file next to the base path instea
 - ``reset``: ``shutdown()`` (vLLM 0.33's only teardown call: it wakes an idle reader),
   then the reference is dropped as ``GroupCoordinator.destroy`` does
   (``self.mq_broadcaster = None``; vLLM's finalizer closes the zmq sockets, the ring's
-  ``__del__`` unlinks the segment on the writer); rank 0 removes the handle file.
+  ``__del__`` unlinks the segment on the writer); rank 0 removes the handle file if a
+  failed initialize left it.
 
 Deadlines (capability ``deadlines``), exactly as mapped:
 
@@ -246,6 +248,9 @@ class VllmBroadcaster:
             raise
         self._queue = queue
         self._config = config
+        # Every reader has read the handle once wait_until_ready returns on the writer (it
+        # waits for each reader's subscription): the file has done its job.
+        self._remove_handle_file()
 
     def broadcast(self, buffer: Any, root: int = 0) -> None:
         """Rank 0 enqueues, the others dequeue into ``buffer`` in place.
@@ -299,6 +304,10 @@ class VllmBroadcaster:
         if queue is not None:
             queue.shutdown()
         del queue  # GroupCoordinator.destroy: self.mq_broadcaster = None
+        self._remove_handle_file()
+
+    def _remove_handle_file(self) -> None:
+        """Rank 0: remove the handle file if it is still the one this object wrote."""
         written, self._handle = self._handle, None
         if written is not None:
             path, entry = written
