@@ -1,4 +1,5 @@
-"""(b) When the writer is SIGKILLed, the readers wait forever in ``dequeue``, logging
+"""(b) When the writer is SIGKILLed, or tears its queue down (``shutdown()`` and drop, as
+``GroupCoordinator.destroy``) while alive, the readers wait forever in ``dequeue``, logging
 "No available shared memory broadcast block found" every interval.
 
 vllm/distributed/device_communicators/shm_broadcast.py (0.33.0): ``acquire_read``'s
@@ -6,6 +7,8 @@ vllm/distributed/device_communicators/shm_broadcast.py (0.33.0): ``acquire_read`
 only checks the slot's written flag, waits on the notify socket (line 871) and logs
 ``LONG_WAIT_TIME_LOG_MSG`` (line 878); nothing checks whether the writer is alive, and with
 the default ``timeout=None`` (``broadcast_object``, line 1021) no deadline ends the wait.
+The writer's ``shutdown()`` (line 721-727) only sets its own flag and wakes its own idle
+reader wait: nothing reaches the readers, so a teardown looks the same to them as a death.
 
 Run: python b_writer_death_readers_wait.py [--runs N]   (plain Python + vLLM, no tpbcast)
 Prints DEFECT / OK per run; exit status 1 if the defect showed.  Deadline 20 s per run;
@@ -35,10 +38,18 @@ def reader_body(queue: MessageQueue, report: Report) -> None:
 def writer_body(queue: MessageQueue, report: Report) -> None:
     queue.enqueue(b"before the kill")
     report("sent")
-    time.sleep(60)  # SIGKILLed here
+    report.wait_go()  # "teardown" mode: the parent says go; "kill" mode: SIGKILLed here
+    queue.shutdown()
+    del queue  # GroupCoordinator.destroy: self.mq_broadcaster = None
+    report("torn down")
+    time.sleep(60)  # alive, its queue gone
 
 
 def one_run(run: int) -> bool:
+    return scenario(run, "teardown") | scenario(run, "kill")
+
+
+def scenario(run: int, mode: str) -> bool:
     group = Group(deadline=20.0)
     try:
         writer = group.fork("writer", writer_with_handle(writer_body, READERS))
@@ -48,20 +59,27 @@ def one_run(run: int) -> bool:
         group.wait_for(writer, "sent", 10)
         for reader in readers:
             group.wait_for(reader, "dequeue 2", 5)
-        os.kill(writer.pid, signal.SIGKILL)
-        os.waitpid(writer.pid, 0)
-        writer.status = 0
+        if mode == "kill":
+            os.kill(writer.pid, signal.SIGKILL)
+            os.waitpid(writer.pid, 0)
+            writer.status = 0
+            what = "writer SIGKILLed"
+        else:
+            writer.go()
+            group.wait_for(writer, "torn down", 5)
+            what = "writer tore its queue down (shutdown() + drop) and lives on"
         group.pump(WAIT)
         stuck = [r for r in readers if r.alive() and not (r.has("returned") or r.has("raised"))]
         logged = sum(r.output().count(LOG_LINE) for r in readers)
         if stuck and len(stuck) == len(readers):
             print(
-                f"run {run}: DEFECT: writer SIGKILLed; {len(stuck)} of {READERS} readers still "
+                f"run {run}: DEFECT: {what}; {len(stuck)} of {READERS} readers still "
                 f"blocked in dequeue() {WAIT:g} s later, logging {LOG_LINE!r} {logged} times "
                 "and raising nothing"
             )
             return True
-        print(f"run {run}: OK: {READERS - len(stuck)} of {READERS} readers ended on their own")
+        ended = READERS - len(stuck)
+        print(f"run {run}: OK: {what}; {ended} of {READERS} readers ended on their own")
         return False
     finally:
         group.close()

@@ -1,6 +1,7 @@
 """(d) Leftovers: IPC socket files (mode 0755) stay in VLLM_RPC_BASE_PATH (default /tmp)
-after a clean teardown, the resource-tracker helper outlives the writer, and the 24 MiB
-/dev/shm segment survives a kill of the writer's process group.
+after a clean teardown, the writer keeps an fd (its pipe to the resource tracker) after
+the teardown, the resource-tracker helper outlives the writer, and the 24 MiB /dev/shm
+segment survives a kill of the writer's process group.
 
 vllm/distributed/device_communicators/shm_broadcast.py (0.33.0):
 - every writer binds two ``ipc://`` endpoints made by ``get_open_zmq_ipc_path()``
@@ -10,7 +11,7 @@ vllm/distributed/device_communicators/shm_broadcast.py (0.33.0):
   they are created with the process umask (0755 under the usual 022), not 0600;
 - the writer's ring is ``shared_memory.SharedMemory(create=True)`` (line 348), which
   registers it with multiprocessing's resource tracker: a helper process the writer starts
-  and that outlives it;
+  and that outlives it, reached through a pipe the writer keeps open after the teardown;
 - the segment is unlinked only by the writer's ``ShmRingBuffer.__del__`` (line 393-397)
   or by that resource tracker; a kill of the writer's process group kills the tracker too
   (same group), so the 24 MiB segment (6 x 4 MiB + metadata) stays in /dev/shm.
@@ -34,6 +35,7 @@ from _common import (
     Report,
     handle_of,
     main_loop,
+    new_writer_queue,
     reader_of,
     writer_with_handle,
 )
@@ -153,9 +155,43 @@ def group_kill(run: int) -> bool:
         group.close()  # removes the segment
 
 
+def fd_target(report: Report) -> None:
+    before = set(os.listdir("/proc/self/fd"))
+    queue = new_writer_queue(1)
+    queue.shutdown()
+    del queue  # GroupCoordinator.destroy: self.mq_broadcaster = None
+    new = sorted(set(os.listdir("/proc/self/fd")) - before, key=int)
+    report("fds", left={fd: _target_of(fd) for fd in new})
+
+
+def _target_of(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "?"
+
+
+def fd_left(run: int) -> bool:
+    group = Group(deadline=20.0)
+    try:
+        writer = group.fork("fd-writer", fd_target)
+        got = group.wait_for(writer, "fds", 15)
+        if got is None:
+            print(f"run {run}: INCONCLUSIVE: the writer reported nothing\n{writer.output()}")
+            return False
+        left = got["left"]
+        print(
+            f"run {run}: {'DEFECT' if left else 'OK'}: {len(left)} fd(s) the writer did not "
+            f"have before creating the queue are still open after its teardown: {left}"
+        )
+        return bool(left)
+    finally:
+        group.close()
+
+
 def one_run(run: int) -> bool:
     sockets, helper = clean_teardown(run)
-    return sockets | helper | group_kill(run)
+    return sockets | helper | fd_left(run) | group_kill(run)
 
 
 if __name__ == "__main__":
