@@ -235,10 +235,10 @@ def reader_of(handle: Handle, rank: int, body: Callable[[MessageQueue, Report], 
     return target
 
 
-def main_loop(one_run: Callable[[int], bool], description: str) -> int:
+def main_loop(one_run: Callable[[int], bool], doc: str | None) -> int:
     """``--runs N`` runs of ``one_run(i)`` (True: the defect showed); prints the tally and
-    exits 1 if the defect showed at least once."""
-    parser = argparse.ArgumentParser(description=description)
+    returns 1 if the defect showed at least once.  ``doc``: the repro's docstring."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1, help="how many times (default 1)")
     args = parser.parse_args()
     shown = 0

@@ -77,4 +77,4 @@ def one_run(run: int) -> bool:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main_loop(one_run, __doc__.split("\n\n")[0] if __doc__ else ""))
+    raise SystemExit(main_loop(one_run, __doc__))

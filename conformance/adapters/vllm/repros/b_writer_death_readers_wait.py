@@ -86,4 +86,4 @@ def scenario(run: int, mode: str) -> bool:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main_loop(one_run, __doc__.split("\n\n")[0] if __doc__ else ""))
+    raise SystemExit(main_loop(one_run, __doc__))
