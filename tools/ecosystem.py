@@ -11,7 +11,8 @@ clause's level and scope, NOT_APPLICABLE shown, expected results marked), ``ecos
 and each run's own report under ``runs/<name>/``::
 
     python tools/ecosystem.py                 # every installed implementation
-    python tools/ecosystem.py --only vllm     # one row (+ the reference, for the ratio)
+    python tools/ecosystem.py --only vllm     # one row (+ the reference, for the ratio);
+                                              # the other rows keep their last run
     python tools/ecosystem.py --render-only   # rebuild the reports from runs/
     python tools/ecosystem.py --list          # the rows and whether each is installed
     nox -s ecosystem                          # installs vLLM too, then the same
@@ -482,6 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="the rows and what each needs")
     args = parser.parse_args(argv)
     entries = select(args.only) if args.only else list(ENTRIES)
+    chosen = {e.name for e in entries}
     if args.list:
         for e in entries:
             state = e.missing() or "installed"
@@ -490,12 +492,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     runs: dict[str, mt.Run] = {}
     skipped: dict[str, str] = {}
-    for entry in entries:
+    for entry in ENTRIES:
         run_dir = args.report_dir / "runs" / entry.name
         why = entry.missing()
         if why:
             skipped[entry.name] = why
             print(f"{entry.name:10} skipped: {why}", flush=True)
+            continue
+        if entry.name not in chosen:  # --only: the other rows keep their last run
+            if (run_dir / "run.json").exists():
+                runs[entry.name] = mt.load_run(_subject(entry), run_dir)
             continue
         if args.render_only:
             runs[entry.name] = mt.load_run(_subject(entry), run_dir)
@@ -511,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs[entry.name] = run
         state = run.problem or f"exit status {run.exit_code}"
         print(f"{entry.name:10} {run.wall:7.1f} s  {state}", flush=True)
-    results = judge(entries, runs, skipped)
+    results = judge([e for e in ENTRIES if e.name in chosen or e.name in runs], runs, skipped)
     write_reports(results, args.report_dir)
     print(f"\n{_headline(results)}")
     for r in results:
