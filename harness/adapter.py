@@ -22,7 +22,7 @@ from ._contract import (
     UnknownCapabilityError,
     parse_capabilities,
 )
-from ._exec_errors import ExecBroadcastError, ExecDriverError
+from ._exec_errors import ExecBroadcastError, ExecDriverError, ExecNotAsked
 
 __all__ = [
     "DEFAULT_IMPLEMENTATION",
@@ -33,6 +33,7 @@ __all__ = [
     "CapabilityMissing",
     "ExecBroadcastError",
     "ExecDriverError",
+    "ExecNotAsked",
     "Implementation",
     "ImplementationLoadError",
     "UnknownCapabilityError",

@@ -52,7 +52,7 @@ TIERS = {  # each tier's __all__
     "tpbcast.harness.adapter": _names(
         """
         DEFAULT_IMPLEMENTATION REQUIRED_MEMBERS AdapterError Broadcaster Capability
-        CapabilityMissing ExecBroadcastError ExecDriverError Implementation
+        CapabilityMissing ExecBroadcastError ExecDriverError ExecNotAsked Implementation
         ImplementationLoadError UnknownCapabilityError load_implementation
         parse_capabilities
         """
