@@ -13,7 +13,8 @@ nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"
 CONSTRAINTS = ("-c", "constraints/torch.txt")
-TEST_DEPS = ("pytest>=8.4", "pytest-xdist>=3.6", "numpy>=1.26", "coverage>=7.10")
+# expecttest: torch.testing._internal (tpbcast.fixtures.torch builds on it) imports it.
+TEST_DEPS = ("pytest>=8.4", "pytest-xdist>=3.6", "numpy>=1.26", "coverage>=7.10", "expecttest")
 
 
 def _install_project(session: nox.Session, *extra: str, torch: bool = True) -> None:
