@@ -178,7 +178,9 @@ def spec(session: nox.Session) -> None:
     session.run("python", "-m", "tpbcast.conformance.spec", "--write")
 
 
-EXAMPLES = ("examples/ring_allreduce", "examples/dist_mean")
+# torch_suite runs torch's own _DistTestBase slice on the harness and on torch's spawn
+# runner (its parity test takes a few minutes: the spawn side).
+EXAMPLES = ("examples/ring_allreduce", "examples/dist_mean", "examples/torch_suite")
 # pytest-forked 1.7.5 marshals each TestReport.__dict__ from the forked child; pytest 9.2.0
 # made TestReport._id a NodeId object, which marshal refuses, so under 9.2 every --forked
 # test fails as "EXITED with status 3".  9.1.1 is the newest pytest it works with.  Drop the
