@@ -225,12 +225,15 @@ def soak(session: nox.Session) -> None:
 HARNESS_QUICK = ("--rounds", "1", "--tests", "5", "--mptc-tests", "1", "--reps", "30")
 HARNESS_QUICK += ("--conformance-rounds", "1")
 SOAK_QUICK = ("--broadcasts", "1000", "--window", "100")
+SUITE_QUICK = ("--rounds", "1", "--reps", "5", "--tests")
+SUITE_QUICK += ("test_get_rank,test_broadcast,test_broadcast_group",)
 
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Ratio benchmarks (never timed assertions): UDS vs fallback path, broadcast vs its
-    baselines, harness cost per test and over a bare fork, the soak's fd/RSS; one summary,
+    baselines, harness cost per test and over a bare fork, torch's own distributed tests
+    on the harness vs torch's spawn runner, the soak's fd/RSS; one summary,
     reports/bench/bench.md.  ``-- quick``: a smoke run of each, written under
     .nox/bench/tmp/quick/ so the committed reports stay as they are."""
     # matplotlib: the PNG plots in reports/bench/; expecttest: torch's MultiProcessTestCase
@@ -252,6 +255,11 @@ def bench(session: nox.Session) -> None:
     # <reports>/bench/harness*.
     harness_quick = HARNESS_QUICK if quick else ()
     session.run("python", "benchmarks/bench_harness_cost.py", *out, *harness_quick)
+    # torch's own _DistTestBase slice (examples/torch_suite, 55 tests) on torch's spawn
+    # runner vs the harness, per test and per session with the load, and the empty-group
+    # floor (~30 min on 2 cores: the spawn side; `quick`: 3 tests, one round);
+    # <reports>/bench/torch_suite*.
+    session.run("python", "benchmarks/bench_torch_suite.py", *out, *(SUITE_QUICK if quick else ()))
     # fd count and RSS per rank over 10,000 broadcasts (first vs last thousand) and RSS per
     # rank at TP 8: the soak's report (<reports>/soak/, also `nox -s soak`; ~15 s; `quick`:
     # 1,000 broadcasts).
