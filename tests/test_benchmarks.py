@@ -194,6 +194,7 @@ def test_bench_torch_suite_report_from_a_synthetic_run(tmp_path: Path) -> None:
         "torch": "2.x",
         "reps": 3,
         "empty_ms": {"torch": 10.0, "suite": 30.0},
+        "floor": {"as_is": 0.3, "poll_2ms": 0.1, "load": 1.0},
         "sessions": {"harness": [session(1.0, verdicts)], "spawn": [session(25.0, verdicts)]},
         "bad": [],
     }
@@ -203,3 +204,4 @@ def test_bench_torch_suite_report_from_a_synthetic_run(tmp_path: Path) -> None:
     assert "| round 1 | 10.0 s | 250.0 s | **25.0x** | harness 1.00 -> 2.00" in text
     assert "Per session: **25.0x**" in text
     assert "`test_get_rank` takes 1.00 s on the harness" in text
+    assert "torch's barrier polling is **67%** of a harness test here" in text
