@@ -13,7 +13,8 @@ nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"
 CONSTRAINTS = ("-c", "constraints/torch.txt")
-TEST_DEPS = ("pytest>=8.4", "pytest-xdist>=3.6", "numpy>=1.26", "coverage>=7.10")
+# expecttest: torch.testing._internal (tpbcast.fixtures.torch builds on it) imports it.
+TEST_DEPS = ("pytest>=8.4", "pytest-xdist>=3.6", "numpy>=1.26", "coverage>=7.10", "expecttest")
 
 
 def _install_project(session: nox.Session, *extra: str, torch: bool = True) -> None:
@@ -197,7 +198,9 @@ def spec(session: nox.Session) -> None:
     session.run("python", "-m", "tpbcast.conformance.spec", "--write")
 
 
-EXAMPLES = ("examples/ring_allreduce", "examples/dist_mean")
+# torch_suite runs torch's own _DistTestBase slice on the harness and on torch's spawn
+# runner (its parity test takes a few minutes: the spawn side).
+EXAMPLES = ("examples/ring_allreduce", "examples/dist_mean", "examples/torch_suite")
 # pytest-forked 1.7.5 marshals each TestReport.__dict__ from the forked child; pytest 9.2.0
 # made TestReport._id a NodeId object, which marshal refuses, so under 9.2 every --forked
 # test fails as "EXITED with status 3".  9.1.1 is the newest pytest it works with.  Drop the
@@ -224,9 +227,14 @@ def forked(session: nox.Session) -> None:
     )
     session.install(*CONSTRAINTS, "-e", ".", *EXAMPLES)
     session.run("pytest", "-p", "no:cacheprovider", "tests/fixtures", *session.posargs)
+    # torch_suite's parity test runs torch's spawn runner over the whole slice (minutes):
+    # `nox -s examples` does that; here three tests of it show --forked works.
+    parity = {"TORCHSUITE_PARITY_TESTS": "test_get_rank,test_broadcast,test_broadcast_group"}
     for example in EXAMPLES:
         with session.chdir(example):
-            session.run("pytest", "-p", "no:cacheprovider", "--forked", *session.posargs)
+            session.run(
+                "pytest", "-p", "no:cacheprovider", "--forked", *session.posargs, env=parity
+            )
 
 
 @nox.session(python=PYTHON)
@@ -242,12 +250,15 @@ def soak(session: nox.Session) -> None:
 HARNESS_QUICK = ("--rounds", "1", "--tests", "5", "--mptc-tests", "1", "--reps", "30")
 HARNESS_QUICK += ("--conformance-rounds", "1")
 SOAK_QUICK = ("--broadcasts", "1000", "--window", "100")
+SUITE_QUICK = ("--rounds", "1", "--reps", "5", "--tests")
+SUITE_QUICK += ("test_get_rank,test_broadcast,test_broadcast_group",)
 
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Ratio benchmarks (never timed assertions): UDS vs fallback path, broadcast vs its
-    baselines, harness cost per test and over a bare fork, the soak's fd/RSS; one summary,
+    baselines, harness cost per test and over a bare fork, torch's own distributed tests
+    on the harness vs torch's spawn runner, the soak's fd/RSS; one summary,
     reports/bench/bench.md.  ``-- quick``: a smoke run of each, written under
     .nox/bench/tmp/quick/ so the committed reports stay as they are."""
     # matplotlib: the PNG plots in reports/bench/; expecttest: torch's MultiProcessTestCase
@@ -269,6 +280,11 @@ def bench(session: nox.Session) -> None:
     # <reports>/bench/harness*.
     harness_quick = HARNESS_QUICK if quick else ()
     session.run("python", "benchmarks/bench_harness_cost.py", *out, *harness_quick)
+    # torch's own _DistTestBase slice (examples/torch_suite, 55 tests) on torch's spawn
+    # runner vs the harness, per test and per session with the load, and the empty-group
+    # floor (~30 min on 2 cores: the spawn side; `quick`: 3 tests, one round);
+    # <reports>/bench/torch_suite*.
+    session.run("python", "benchmarks/bench_torch_suite.py", *out, *(SUITE_QUICK if quick else ()))
     # fd count and RSS per rank over 10,000 broadcasts (first vs last thousand) and RSS per
     # rank at TP 8: the soak's report (<reports>/soak/, also `nox -s soak`; ~15 s; `quick`:
     # 1,000 broadcasts).

@@ -21,7 +21,8 @@ _LEN = struct.Struct("<I")
 
 @dataclass(frozen=True)
 class Record:
-    """``kind`` is ``"fault"``, ``"fds"``, ``"ok"`` or ``"raised"``; ``payload`` depends on it."""
+    """``kind`` is ``"fault"``, ``"fds"``, ``"ok"``, ``"raised"`` or ``"skipped"``;
+    ``payload`` depends on it."""
 
     kind: str
     payload: object

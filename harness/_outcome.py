@@ -9,6 +9,8 @@ it under a debugger to learn what happened.
 from __future__ import annotations
 
 import enum
+import os
+import re
 import signal as _signal
 from dataclasses import dataclass, field
 
@@ -23,6 +25,13 @@ __all__ = [
 
 # How many trailing lines of captured output the report shows per stream.
 _TAIL_LINES = 40
+# The longest exception message a one-line summary quotes (the rest is in the traceback).
+_SUMMARY_CHARS = 200
+#: Set to 1 for stack dumps with every frame: the report otherwise cuts the frames below
+#: the rank's entry point (the harness, and the test runner the rank was forked from).
+FULL_STACKS_ENV = "TPBCAST_FULL_STACKS"
+# The frame of the harness that calls the target: everything below it is not the test's.
+_ENTRY_FRAME = re.compile(r'^\s*File ".*[/\\]harness[/\\]_rank\.py", line \d+ in _run$')
 
 
 class Status(enum.Enum):
@@ -33,7 +42,9 @@ class Status(enum.Enum):
     ``TIMED_OUT`` means the harness had to kill it (group deadline or fail-fast grace);
     ``UNKNOWN`` means it ended but another waiter in the parent (a SIGCHLD handler, a
     ``waitpid(-1)``) reaped it first, so its exit status is lost (its result record, if
-    any, is still reported: ``value`` or ``exc_*``).
+    any, is still reported: ``value`` or ``exc_*``).  ``SKIPPED``: the rank raised
+    ``unittest.SkipTest`` / ``pytest.skip`` or exited with one of the run's skip exit
+    codes; the reason is in ``exc_message``.  A skip is not a failure.
     """
 
     OK = "ok"
@@ -42,6 +53,7 @@ class Status(enum.Enum):
     SIGNALED = "signaled"
     TIMED_OUT = "timed out"
     UNKNOWN = "unknown"
+    SKIPPED = "skipped"
 
 
 def signal_name(signum: int | None) -> str | None:
@@ -105,6 +117,8 @@ class RankOutcome:
     faults: tuple[FaultRecord, ...] = ()
     leaked_fds: tuple[str, ...] = ()
     note: str = ""
+    stopped_by: int | None = None
+    """TIMED_OUT by fail-fast: the rank whose failure stopped this one (None: a hang)."""
     exception: BaseException | None = field(default=None, repr=False, compare=False)
     """The exception the rank raised, as an object (``exc_type``/``exc_message`` name and
     show it): for ``isinstance`` and its fields.  None unless RAISED, or when it did not
@@ -112,17 +126,31 @@ class RankOutcome:
 
     @property
     def ok(self) -> bool:
-        """Returned normally and leaked no fds (only checked with ``check_fds=True``)."""
-        return self.status is Status.OK and not self.leaked_fds
+        """Returned normally (or skipped) and leaked no fds (only checked with
+        ``check_fds=True``).  A skip is not a failure: see :attr:`GroupResult.skipped`."""
+        return self.status in (Status.OK, Status.SKIPPED) and not self.leaked_fds
+
+    @property
+    def verdict(self) -> str:
+        """The status as a report shows it: its name, or ``STOPPED`` for a rank that
+        fail-fast stopped (it did not hang on its own; ``status`` stays TIMED_OUT)."""
+        return "STOPPED" if self.stopped_by is not None else self.status.name
 
     def summary(self) -> str:
-        """One line naming the rank and its fate, e.g. ``rank 1 SIGNALED by SIGKILL``."""
+        """One line naming the rank and its fate, e.g. ``rank 1 SIGNALED by SIGKILL``.
+
+        Always one line: a multi-line exception message is cut to its first line (and
+        at most 200 characters); the whole message is in the traceback."""
         head = f"rank {self.rank}"
         if self.status is Status.OK and self.leaked_fds:
             return f"{head} OK but leaked {len(self.leaked_fds)} fd(s)"
+        if self.stopped_by is not None:
+            how = f", killed by {self.signal_name}" if self.signal_name else ""
+            return f"{head} stopped: rank {self.stopped_by} failed (fail-fast{how})"
         fate = {
             Status.OK: "OK",
-            Status.RAISED: f"RAISED {self.exc_type}: {self.exc_message}",
+            Status.SKIPPED: f"SKIPPED: {one_line(self.exc_message or 'no reason given')}",
+            Status.RAISED: f"RAISED {self.exc_type}: {one_line(self.exc_message or '')}",
             Status.EXITED: f"EXITED with code {self.exit_code} (no result: os._exit or crash)",
             Status.SIGNALED: f"SIGNALED by {self.signal_name}",
             Status.UNKNOWN: f"UNKNOWN: {self.note or 'exit status unknown (reaped elsewhere)'}",
@@ -132,10 +160,74 @@ class RankOutcome:
         how = f", killed by {self.signal_name}" if self.signal_name else ""
         return f"{head} TIMED OUT{how}" + (f" ({self.note})" if self.note else "")
 
+    def fate(self) -> str:
+        """:meth:`summary` for a report that also shows the traceback: a RAISED rank's
+        line then leaves the message to the traceback's last line, so each message
+        appears once in a report."""
+        return fate_line(self)
+
+    def stack(self, *, full: bool | None = None) -> str | None:
+        """The stack dump as a report shows it: cut at the rank's entry point unless
+        ``full`` (default: ``TPBCAST_FULL_STACKS=1``); None if there is none."""
+        return trim_stack(self.stack_dump, full=full) if self.stack_dump else None
+
     def report(self) -> str:
         """This rank's section of :meth:`GroupResult.report`: fate, exit code or signal,
         traceback, faults fired, leaked fds, stack dump and the tails of its output."""
         return "\n".join(_rank_section(self))
+
+
+def one_line(text: str, limit: int = _SUMMARY_CHARS) -> str:
+    """The first non-empty line of ``text``, at most ``limit`` characters, saying how much
+    was cut: ``first line [+3 lines]``.  A headline stays one line whatever the message."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = lines[0].strip()
+    cut = ""
+    if len(first) > limit:
+        first, cut = first[: limit - 3] + "...", "cut"
+    if len(lines) > 1:
+        cut = f"+{len(lines) - 1} line{'s' if len(lines) > 2 else ''}"
+    return f"{first} [{cut}]" if cut else first
+
+
+def trim_stack(dump: str, *, full: bool | None = None) -> str:
+    """A faulthandler dump without the frames below the rank's entry point.
+
+    A rank is forked from its caller, so a dump also lists every frame that led to the
+    fork: the harness, then pytest, pluggy and runpy (38 of 47 frames in one dump of
+    issue 23).  Each thread's frames stop at the harness frame that calls the target,
+    with one line saying how many were cut.  ``full=True`` (or ``TPBCAST_FULL_STACKS=1``)
+    keeps everything; ``RankOutcome.stack_dump`` always has the whole dump.
+    """
+    if full is None:
+        full = os.environ.get(FULL_STACKS_ENV, "") not in ("", "0")
+    if full:
+        return dump
+    out: list[str] = []
+    cutting = 0
+    for line in dump.splitlines():
+        if cutting and line.startswith("  File "):
+            cutting += 1
+            continue
+        if cutting:
+            out.append(_cut_note(cutting))
+            cutting = 0
+        if _ENTRY_FRAME.match(line):
+            cutting = 1
+            continue
+        out.append(line)
+    if cutting:
+        out.append(_cut_note(cutting))
+    return "\n".join(out)
+
+
+def _cut_note(frames: int) -> str:
+    return (
+        f"  [{frames} frame(s) of the harness and of the rank's caller cut; "
+        f"all of them: {FULL_STACKS_ENV}=1 or RankOutcome.stack_dump]"
+    )
 
 
 def _tail(text: str, lines: int = _TAIL_LINES) -> str:
@@ -178,6 +270,14 @@ class GroupResult:
         return all(o.ok for o in self.outcomes) and not self.survivors
 
     @property
+    def skipped(self) -> RankOutcome | None:
+        """The first rank that skipped, when no rank failed: the group is then a skipped
+        test, not a passed one (``raise_for_failure`` raises ``unittest.SkipTest``)."""
+        if not self.ok:
+            return None
+        return next((o for o in self.outcomes if o.status is Status.SKIPPED), None)
+
+    @property
     def first_failure(self) -> RankOutcome | None:
         """The rank that failed first in time; ranks the harness killed come last.
 
@@ -202,6 +302,9 @@ class GroupResult:
         if self.survivors:
             pids = ", ".join(map(str, self.survivors))
             return f"{label}{len(self.survivors)} process(es) survived the group: pid {pids}"
+        skipped = self.skipped
+        if skipped is not None:
+            return f"{label}{skipped.summary()} of world_size {self.world_size}"
         return f"{label}all {self.world_size} ranks OK in {self.duration:.3f}s"
 
     def failures_first(self) -> tuple[RankOutcome, ...]:
@@ -247,9 +350,18 @@ class GroupResult:
         return "\n".join(lines)
 
     def raise_for_failure(self) -> None:
-        """Raise :class:`RankGroupFailure` with the full report unless the group is ok."""
+        """Raise :class:`RankGroupFailure` with the full report unless the group is ok;
+        raise ``unittest.SkipTest`` with the reason if a rank skipped and none failed.
+
+        The one way to fail a test on a group: pytest and unittest both report the
+        failure with this report, and the skip as a skip."""
         if not self.ok:
             raise RankGroupFailure(self)
+        skipped = self.skipped
+        if skipped is not None:
+            import unittest  # stdlib; only needed for a skip
+
+            raise unittest.SkipTest(skip_message(skipped))
 
     def values(self) -> list[object]:
         """Every rank's return value (index = rank), once the whole group is ok.
@@ -260,6 +372,11 @@ class GroupResult:
         """
         self.raise_for_failure()
         return [o.value for o in self.outcomes]
+
+
+def skip_message(o: RankOutcome) -> str:
+    """The reason a skipped test reports: ``rank 1: <reason>``."""
+    return f"rank {o.rank}: {o.exc_message or 'skipped'}"
 
 
 def _ok_line(o: RankOutcome) -> str:
@@ -275,13 +392,15 @@ def _ok_line(o: RankOutcome) -> str:
         if text.strip():
             extras.append(f"{name} {len(text.splitlines())} line(s)")
     tail = f" ({', '.join(extras)})" if extras else ""
+    if o.status is Status.SKIPPED:
+        return f"----- rank {o.rank} (pid {o.pid}): {o.summary()} in {o.duration:.3f}s{tail}"
     return f"----- rank {o.rank} (pid {o.pid}): OK in {o.duration:.3f}s{tail}"
 
 
 def _rank_section(o: RankOutcome) -> list[str]:
     lines = [
-        f"----- rank {o.rank} (pid {o.pid}): {o.status.name} in {o.duration:.3f}s -----",
-        f"  {o.summary()}",
+        f"----- rank {o.rank} (pid {o.pid}): {o.verdict} in {o.duration:.3f}s -----",
+        f"  {fate_line(o)}",
     ]
     if o.exit_code is not None:
         lines.append(f"  exit code: {o.exit_code}")
@@ -302,12 +421,20 @@ def _rank_section(o: RankOutcome) -> list[str]:
         lines.extend(f"    {fd}" for fd in o.leaked_fds)
     if o.stack_dump:
         lines.append("  stack dump when the harness stopped it (faulthandler):")
-        lines.append(_indent(o.stack_dump.rstrip("\n")))
+        lines.append(_indent(trim_stack(o.stack_dump.rstrip("\n"))))
     for name, text in (("stdout", o.stdout), ("stderr", o.stderr)):
         if text.strip():
             lines.append(f"  {name} (tail):")
             lines.append(_indent(_tail(text)))
     return lines
+
+
+def fate_line(o: RankOutcome) -> str:
+    """The summary of a rank whose section shows its traceback, without the exception's
+    message (the traceback's last line has it: each message appears once in a report)."""
+    if o.status is Status.RAISED and o.traceback:
+        return f"rank {o.rank} RAISED {o.exc_type} (message: last line of the traceback)"
+    return o.summary()
 
 
 def _short_repr(value: object, limit: int = 200) -> str:

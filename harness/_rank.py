@@ -34,7 +34,7 @@ from ._proc import (
 )
 from ._workdir import CaptureFds, disable_pooling
 
-__all__ = ["RankSpec", "make_context", "rank_main"]
+__all__ = ["RankSpec", "make_context", "rank_main", "skip_reason"]
 
 _SIG_DFL = int(signal.SIG_DFL)
 _SIGUSR1 = int(signal.SIGUSR1)
@@ -151,6 +151,26 @@ def _pickled_or_none(exc: BaseException) -> bytes | None:
         return pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return None
+
+
+# The exceptions that mean "skip this test", matched by name along the MRO so the harness
+# imports neither unittest nor pytest (which may be absent): unittest's SkipTest (torch's
+# skip decorators raise it) and pytest's ``pytest.skip`` (``Skipped``, a BaseException
+# whose ``__module__`` pytest sets to "builtins": its base class names its home).
+_SKIPTEST = "unittest.case.SkipTest"
+_PYTEST_OUTCOME = "_pytest.outcomes.OutcomeException"
+
+
+def skip_reason(exc: BaseException) -> str | None:
+    """The reason if ``exc`` asks to skip the test (``unittest.SkipTest``, ``pytest.skip``
+    or a subclass), else None."""
+    mro = type(exc).__mro__
+    names = {f"{cls.__module__}.{cls.__qualname__}" for cls in mro}
+    pytest_skip = _PYTEST_OUTCOME in names and any(c.__qualname__ == "Skipped" for c in mro)
+    if _SKIPTEST not in names and not pytest_skip:
+        return None
+    reason = getattr(exc, "msg", None)  # pytest's Skipped keeps it there
+    return str(reason) if reason else _exc_message(exc)
 
 
 def _exc_message(exc: BaseException) -> str:
@@ -293,12 +313,17 @@ def _run(
         return _system_exit_code(exc)
     except BaseException as exc:
         _finish(spec, writer, before)
+        reason = skip_reason(exc)
+        if reason is not None:  # a skip is an outcome, not a failure (exit 0: no early wake)
+            writer.write("skipped", {"type": _exc_type_name(exc), "message": reason})
+            _flush_and_save()
+            return 0
         writer.write(
             "raised",
             {
                 "type": _exc_type_name(exc),
                 "message": _exc_message(exc),
-                "traceback": "".join(traceback.format_exception(exc)),
+                "traceback": _traceback_text(exc),
                 "exception": _pickled_or_none(exc),
             },
         )
@@ -326,6 +351,15 @@ def _run(
     writer.append(record)
     _flush_and_save()
     return 0
+
+
+def _traceback_text(exc: BaseException) -> str:
+    """The traceback from the target down: the harness frame that called it is cut (it
+    is the same in every report and names no code of the test)."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_next is not None and tb.tb_frame.f_code is _run.__code__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def _system_exit_code(exc: SystemExit) -> int:

@@ -239,14 +239,18 @@ def run_ranks(
     workdir: str | None = None,
     seed: int | None = None,
     label: str = "",
+    skip_exit_codes: Mapping[int, str] | None = None,
 ) -> GroupResult:
     """Run ``target(ctx, *args)`` in ``world_size`` forked ranks and judge each one.
 
     ``target`` may also be a mapping rank -> target (keys exactly ``0..world_size-1``;
     ``world_size`` then defaults to its length), so each rank can run its own code.
     Never raises for a rank's failure: inspect the result or call
-    ``result.raise_for_failure()``. Raises ``ValueError`` for bad arguments and
-    ``ForkSafetyError`` when forking now would hang the ranks (torch's OpenMP pool).
+    ``result.raise_for_failure()``.  A rank that raises ``unittest.SkipTest`` (or
+    ``pytest.skip``), or exits with a code of ``skip_exit_codes`` (code -> reason, e.g.
+    torch's ``TEST_SKIPS``), is SKIPPED: not a failure, also not for fail-fast.
+    Raises ``ValueError`` for bad arguments and ``ForkSafetyError`` when forking now
+    would hang the ranks (torch's OpenMP pool).
     Must be called from a thread that outlives the group (PR_SET_PDEATHSIG is per thread).
     """
     world_size, targets = _per_rank_targets(target, world_size)
@@ -322,6 +326,7 @@ def run_ranks(
             fail_fast_grace=fail_fast_grace,
             kill_grace=kill_grace,
             timeout=timeout,
+            skip_codes=skip_exit_codes,
         )
         completed = True
     finally:
@@ -337,7 +342,7 @@ def run_ranks(
                     wd.remove(clean=False)
     assert wd is not None  # completed: the section above opened it
     survivors = _kill_survivors(ranks)
-    outcomes = tuple(judge(r, wd) for r in ranks)
+    outcomes = tuple(judge(r, wd, skip_exit_codes) for r in ranks)
     leftovers = wd.leftovers()
     wd.remove(clean=not leftovers and not survivors)
     return GroupResult(
@@ -439,6 +444,7 @@ def _supervise(
     fail_fast_grace: float,
     kill_grace: float,
     timeout: float,
+    skip_codes: Mapping[int, str] | None = None,
 ) -> list[int]:
     """Wait for the ranks up to the deadline (judging the ones already reaped after the
     short-group wait first); fail-fast shrinks the deadline at the first failure.  Returns
@@ -446,18 +452,20 @@ def _supervise(
     by_pid = {r.pid: r for r in ranks}
     failure_order: list[int] = []
     reason = ""
+    culprit: int | None = None  # the rank whose failure set the fail-fast deadline
     ended = ended_early
     while True:
         for pid, status in ended:
             rank = by_pid[pid]
             rank.status, rank.ended_at = status, reaper.reaped_at[pid]
             rank.records = read_records(wd.file(rank.rank, "res"))
-            if failed(status, rank.records):
+            if failed(status, rank.records, skip_codes):
                 failure_order.append(rank.rank)
                 if fail_fast:  # the grace counts from when the rank was reaped
                     cut = reaper.reaped_at[pid] + fail_fast_grace
                     if cut < deadline:
                         deadline = cut
+                        culprit = rank.rank
                         reason = (
                             f"fail-fast: rank {rank.rank} failed, the others got "
                             f"{fail_fast_grace:g}s more"
@@ -467,7 +475,10 @@ def _supervise(
         ended = reaper.wait(deadline)
     if reaper.live:
         reason = reason or f"group deadline of {timeout:g}s"
-        _stop_hung([by_pid[p] for p in reaper.live], reaper, wd, reason, kill_grace)
+        hung = [by_pid[p] for p in reaper.live]
+        for r in hung:  # "stopped: rank N failed" reads apart from a hang of its own
+            r.stopped_by = culprit
+        _stop_hung(hung, reaper, wd, reason, kill_grace)
         for r in ranks:
             if r.killed_by_harness:
                 failure_order.append(r.rank)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -48,6 +49,7 @@ class RankState:
     status: int | None = None  # raw wait status once reaped (None: not by us, see ended_at)
     ended_at: float | None = None  # set once the rank ended, whoever reaped it
     killed_by_harness: bool = False
+    stopped_by: int | None = None  # fail-fast: the rank whose failure stopped this one
     note: str = ""
     records: list[Record] | None = None
 
@@ -61,17 +63,23 @@ class RankState:
         return self.ended_at is not None and self.status is None
 
 
-def failed(status: int | None, records: list[Record]) -> bool:
+def failed(
+    status: int | None, records: list[Record], skip_codes: Mapping[int, str] | None = None
+) -> bool:
     """Did a rank that just ended fail (for fail-fast)? Exit 0 without a record does not
-    count (it is reported as EXITED, but it is not a crash that strands the others); a
-    rank reaped elsewhere (``status`` None) counts unless its record says it returned."""
+    count (it is reported as EXITED, but it is not a crash that strands the others), nor
+    does a skip (a ``skipped`` record, or an exit code of ``skip_codes``); a rank reaped
+    elsewhere (``status`` None) counts unless its record says it returned or skipped."""
     if status is not None and os.WIFSIGNALED(status):
         return True
     if any(rec.kind == "raised" for rec in records):
         return True
-    if any(rec.kind == "ok" for rec in records):
+    if any(rec.kind in ("ok", "skipped") for rec in records):
         return False
-    return status is None or os.WEXITSTATUS(status) != 0
+    if status is None:
+        return True
+    code = os.WEXITSTATUS(status)
+    return code != 0 and not (skip_codes and code in skip_codes)
 
 
 _MAX_CAPTURE = 8 << 20  # bytes of a rank's stdout/stderr kept (the tail: where it failed)
@@ -95,8 +103,11 @@ def _read_text(path: str) -> str:
         os.close(fd)
 
 
-def judge(r: RankState, wd: Workdir) -> RankOutcome:
-    """The rank's final, frozen outcome (reads its capture files)."""
+def judge(r: RankState, wd: Workdir, skip_codes: Mapping[int, str] | None = None) -> RankOutcome:
+    """The rank's final, frozen outcome (reads its capture files).
+
+    ``skip_codes`` maps exit codes that mean "skipped" to their reason (torch's
+    ``TEST_SKIPS``: a rank that ``sys.exit(73)``s is SKIPPED, not EXITED)."""
     records = r.records if r.records is not None else read_records(wd.file(r.rank, "res"))
     faults = tuple(rec.payload for rec in records if rec.kind == "fault")
     fault_records = tuple(f for f in faults if isinstance(f, FaultRecord))
@@ -105,7 +116,7 @@ def judge(r: RankState, wd: Workdir) -> RankOutcome:
     for rec in records:
         if rec.kind == "fds" and isinstance(rec.payload, tuple):
             leaked = tuple(str(x) for x in rec.payload)
-        elif rec.kind in ("ok", "raised", "unloadable"):
+        elif rec.kind in ("ok", "raised", "skipped", "unloadable"):
             final = rec
     status_raw = r.status
     exit_code = sig = None
@@ -136,10 +147,15 @@ def judge(r: RankState, wd: Workdir) -> RankOutcome:
     else:
         found, extra = _read_result(final, r.rank)
         status = Status.EXITED if found is None else found
+        if found is None and skip_codes and exit_code is not None and exit_code in skip_codes:
+            status = Status.SKIPPED
+            extra = {"exc_message": skip_codes[exit_code]}
+            note = _note(f"exit code {exit_code} means skipped", note)
     return RankOutcome(
         rank=r.rank,
         pid=r.pid,
         status=status,
+        stopped_by=r.stopped_by if status is Status.TIMED_OUT else None,
         exit_code=exit_code,
         signal=sig,
         signal_name=signal_name(sig),
@@ -195,6 +211,11 @@ def _read_result(final: Record | None, rank: int) -> tuple[Status | None, _Resul
             "exc_message": str(payload.get("message")),
             "traceback": str(payload.get("traceback")),
             "exception": _unpickled_or_none(payload.get("exception")),
+        }
+    if final.kind == "skipped" and isinstance(payload, dict):
+        return Status.SKIPPED, {
+            "exc_type": str(payload.get("type")),
+            "exc_message": str(payload.get("message")),
         }
     if final.kind == "unloadable":
         return Status.RAISED, {

@@ -168,3 +168,40 @@ def test_a_failed_in_process_split_leaves_nothing_behind_and_is_reported(
     assert len(made) == 1 and not os.path.exists(made[0]), made
     page = "\n".join(report._where_the_time_goes({"inprocess_error": "RuntimeError: no"}))
     assert "The in-process split was not measured: RuntimeError: no." in page
+
+
+def test_bench_torch_suite_report_from_a_synthetic_run(tmp_path: Path) -> None:
+    """The side-by-side section (per session with load, per test, floor) from made-up
+    numbers: the real run takes half an hour (torch's spawn runner), so only the report
+    code is smoked here."""
+    import bench_torch_suite as suite
+
+    def session(scale: float, verdicts: dict[str, str]) -> dict[str, object]:
+        return {
+            "tests": {
+                name: {"verdict": v, "seconds": scale * (i + 1), "reason": ""}
+                for i, (name, v) in enumerate(verdicts.items())
+            },
+            "wall_seconds": 10 * scale,
+            "load_before": [1.0, 1.0, 1.0],
+            "load_after": [2.0, 1.0, 1.0],
+        }
+
+    verdicts = {"test_get_rank": "pass", "test_broadcast": "pass", "test_x_group": "skip"}
+    data = {
+        "when": "now",
+        "rounds": 1,
+        "torch": "2.x",
+        "reps": 3,
+        "empty_ms": {"torch": 10.0, "suite": 30.0},
+        "floor": {"as_is": 0.3, "poll_2ms": 0.1, "load": 1.0},
+        "sessions": {"harness": [session(1.0, verdicts)], "spawn": [session(25.0, verdicts)]},
+        "bad": [],
+    }
+    text = suite.write_report(data, tmp_path)
+    assert (tmp_path / "torch_suite.md").read_text() == text
+    assert "2 pass, 1 skip on both runners; identical test by test" in text
+    assert "| round 1 | 10.0 s | 250.0 s | **25.0x** | harness 1.00 -> 2.00" in text
+    assert "Per session: **25.0x**" in text
+    assert "`test_get_rank` takes 1.00 s on the harness" in text
+    assert "torch's barrier polling is **67%** of a harness test here" in text
