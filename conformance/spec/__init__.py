@@ -60,6 +60,7 @@ AREAS: Final = (
     "FALLBACK",
     "HYG",
     "ADAPT",
+    "SHM",
 )
 #: RFC 2119 levels, strongest first.
 LEVELS: Final = ("MUST", "SHOULD", "MAY")
