@@ -683,6 +683,9 @@ def _flat(buffer: Any, *, writable: bool) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
+_DEAD_ROOT: Final = "its root process is gone"
+
+
 def _try_open(rdv: str, world_size: int) -> _Segment | str:  # noqa: PLR0911
     """The segment ``rdv`` names if it is a live group of ``world_size``, else why not."""
     try:
@@ -710,6 +713,11 @@ def _try_open(rdv: str, world_size: int) -> _Segment | str:  # noqa: PLR0911
         os.close(fd)
         raise
     problem = _stale(seg, nonce, world_size)
+    if problem == _DEAD_ROOT:
+        # Left by a rank 0 killed during its bootstrap: nobody else will remove it.
+        for path in (os.path.join(SHM_DIR, name), rdv):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     if problem:
         seg.close()
         return f"stale rendezvous refused: segment {name}: {problem}"
@@ -725,7 +733,7 @@ def _stale(seg: _Segment, nonce: int, world_size: int) -> str:
     if seg.get(_H_SHUTDOWN):
         return "its root has reset"
     if _lock_free(seg.fd, 0):
-        return "its root process is gone"
+        return _DEAD_ROOT
     return ""
 
 
