@@ -56,7 +56,7 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 SHM_DIR: Final = "/dev/shm"
@@ -219,6 +219,7 @@ class ShmRingBroadcaster:
     version = "1"
     transport = "shm"
     capabilities: frozenset[str] = frozenset({"deadlines", "generation"})
+    segment_mode = 0o600
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -309,10 +310,11 @@ class ShmRingBroadcaster:
         _sweep_stale(rdv)
         name = f"tpbshm-{os.getpid()}-{secrets.token_hex(6)}"
         path = os.path.join(SHM_DIR, name)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(path, flags, self.segment_mode)
         self._named.append(path)
         try:
-            os.fchmod(fd, 0o600)
+            os.fchmod(fd, self.segment_mode)
             size = _Segment.size_for(world_size)
             os.ftruncate(fd, size)
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
@@ -393,7 +395,7 @@ class ShmRingBroadcaster:
                 raise ShmPeerClosedError(
                     f"rank {rank}: initialize ended by reset() (closed)", rank=rank
                 )
-            got = _try_open(rdv, world_size)
+            got = _try_open(rdv, world_size, self._stale_reason)
             if isinstance(got, _Segment):
                 seg = got
                 break
@@ -419,7 +421,7 @@ class ShmRingBroadcaster:
                     phase="attach",
                     path=rdv,
                 ) from exc
-            if seg.get(seg.reader(rank, _R_STATE)) != EMPTY:
+            if not self._slot_free(seg, rank):
                 raise ShmConfigurationError(
                     f"rank {rank}: rank {rank} was already attached to this group ({rdv})",
                     rank=rank,
@@ -531,7 +533,7 @@ class ShmRingBroadcaster:
                     r,
                     (done, total, start),
                 )
-            if _lock_free(seg.fd, r):
+            if self._reader_gone(seg, r):
                 pid = seg.get(seg.reader(r, _R_PID))
                 raise self._error(
                     ShmPeerClosedError,
@@ -572,7 +574,7 @@ class ShmRingBroadcaster:
                             (done, total, start),
                         )
                     if now >= next_check:
-                        if _lock_free(seg.fd, 0):
+                        if self._root_gone(seg):
                             pid = seg.get(_H_PID)
                             raise self._error(
                                 ShmPeerClosedError,
@@ -604,7 +606,7 @@ class ShmRingBroadcaster:
                         (done, total, start),
                     )
                 at = seg.data_at + slot * CHUNK
-                view[done : done + length] = shared[at : at + length]
+                self._copy_out(view, done, shared[at : at + length])
                 seg.put(seg.reader(rank, _R_CONSUMED), k)
                 self._chunks = k
                 done += length
@@ -629,6 +631,29 @@ class ShmRingBroadcaster:
             bytes_total=total,
             elapsed=elapsed,
         )
+
+    # ------------------------------------------------------------------ one-line hooks
+    # (each the single place a mutant of tests/mutants/m_shm_*.py changes)
+
+    def _root_gone(self, seg: _Segment) -> bool:
+        """A reader's test of the writer: its lock byte is free (the process died)."""
+        return _lock_free(seg.fd, 0)
+
+    def _reader_gone(self, seg: _Segment, rank: int) -> bool:
+        """The writer's test of reader ``rank``: its lock byte is free."""
+        return _lock_free(seg.fd, rank)
+
+    def _copy_out(self, view: memoryview, done: int, chunk: memoryview) -> None:
+        """A reader copies one chunk into the caller's buffer at ``done``."""
+        view[done : done + len(chunk)] = chunk
+
+    def _slot_free(self, seg: _Segment, rank: int) -> bool:
+        """Reader ``rank``'s record was never used in this segment."""
+        return seg.get(seg.reader(rank, _R_STATE)) == EMPTY
+
+    def _stale_reason(self, seg: _Segment, nonce: int, world_size: int) -> str:
+        """Why an opened segment is not the live group the rendezvous promised."""
+        return _stale(seg, nonce, world_size)
 
     # ------------------------------------------------------------------ reset
 
@@ -686,7 +711,9 @@ def _flat(buffer: Any, *, writable: bool) -> memoryview:
 _DEAD_ROOT: Final = "its root process is gone"
 
 
-def _try_open(rdv: str, world_size: int) -> _Segment | str:  # noqa: PLR0911
+def _try_open(  # noqa: PLR0911
+    rdv: str, world_size: int, stale: Callable[[_Segment, int, int], str]
+) -> _Segment | str:
     """The segment ``rdv`` names if it is a live group of ``world_size``, else why not."""
     try:
         with open(rdv) as fh:
@@ -712,7 +739,7 @@ def _try_open(rdv: str, world_size: int) -> _Segment | str:  # noqa: PLR0911
     except BaseException:
         os.close(fd)
         raise
-    problem = _stale(seg, nonce, world_size)
+    problem = stale(seg, nonce, world_size)
     if problem == _DEAD_ROOT:
         # Left by a rank 0 killed during its bootstrap: nobody else will remove it.
         for path in (os.path.join(SHM_DIR, name), rdv):
