@@ -141,7 +141,7 @@ def _observed_life(impl, obs, tmpdir, *, watch_root=False, victim=None, how="kil
         _shm.save(me + ".pgrp", os.getpgrp())
         ctx.sync("ready")
         before, kids = _shm.held(), _shm.descendants()
-        early: dict = {}
+        early: dict[str, _shm.Held] = {}
         if watch_root and ctx.rank == 1:
             base_dir = os.path.dirname(ctx.base_path)
             listed = set(s.entries(base_dir)), set(s.entries(tmpdir))
