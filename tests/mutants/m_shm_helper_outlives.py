@@ -13,7 +13,7 @@ from .shm_ring import ShmRingBroadcaster
 
 DEFECT = "shm ring: initialize starts a helper process that outlives reset and its rank"
 KILLS = ("SHM-12",)
-FAST = True
+FAST = False
 
 
 class HelperOutlives(ShmRingBroadcaster):
