@@ -35,6 +35,7 @@ __all__ = [
     "clause_of_message",
     "end",
     "record",
+    "record_unjudged",
 ]
 
 # A clause message starts with its id: "INIT-10: <requirement> -- [rank N: ]got ...".
@@ -144,3 +145,20 @@ def record(clause_id: str, passed: bool, message: str, *, rank: int | None = Non
     verdict = Verdict.PASS if passed else Verdict.FAIL
     log.checks.append(Check(clause_id, verdict, message, rank))
     return passed
+
+
+def record_unjudged(clause_id: str, verdict: Verdict, message: str) -> None:
+    """Record that a test could NOT judge ``clause_id`` (UNSUPPORTED: never staged; ERROR:
+    too few cases staged to tell), without stopping the test.
+
+    A soft counterpart of :class:`PreconditionError` for a test that judges several clauses
+    over many cases (the fuzz tests): each clause gets its own staging verdict, so a clause
+    no case staged is never PASS because the test as a whole ran.  Outside a conformance
+    test's process it raises :class:`PreconditionError` (nobody would read the log).
+    """
+    if verdict not in (Verdict.UNSUPPORTED, Verdict.ERROR):
+        raise ValueError(f"record_unjudged takes UNSUPPORTED or ERROR, not {verdict.value}")
+    log = active_log()
+    if log is None:
+        raise PreconditionError(clause_id, message)
+    log.checks.append(Check(clause_id, verdict, f"{clause_id}: {message}"))

@@ -147,7 +147,9 @@ def _clause_html(row: ReportRow) -> str:
     )
     check_list = f'<ul class="checks">{items}</ul>' if items else "<p><em>no checks</em></p>"
     caps = ", ".join(c.capabilities)
-    caps_html = f"<p><b>Needs:</b> {_esc(caps)}</p>" if caps else ""
+    caps_html = f"<p><b>Scope:</b> {_esc(c.scope)}" + (
+        f"; <b>needs:</b> {_esc(caps)}</p>" if caps else "</p>"
+    )
     return (
         f'<a class="cid" href="{SPEC_NAME}#{c.anchor}">{_esc(c.id)}</a>'
         f"<details><summary>{_esc(c.title)}</summary>"
@@ -262,16 +264,19 @@ def _run_columns(run: int, label: str, *, compact: bool) -> list[Column]:
 
 CLAUSE_COLUMN: Final = Column("clause", "Clause", _clause_html, _clause_md, "clause")
 LEVEL_COLUMN: Final = Column("level", "Level", _level_html, lambda row: row.clause.level, "level")
+SCOPE_COLUMN: Final = Column(
+    "scope", "Scope", lambda row: _esc(row.clause.scope), lambda row: row.clause.scope, "level"
+)
 
 
 def default_columns(suites: Sequence[SuiteResult]) -> list[Column]:
-    """Clause and level, then per run: verdict, duration, failing rank, message.
+    """Clause, level and scope, then per run: verdict, duration, failing rank, message.
 
     With several runs each run gets compact columns (verdict with the message as a tooltip,
     duration) headed by its implementation label.
     """
     compact = len(suites) > 1
-    columns = [CLAUSE_COLUMN, LEVEL_COLUMN]
+    columns = [CLAUSE_COLUMN, LEVEL_COLUMN, SCOPE_COLUMN]
     for i, suite in enumerate(suites):
         columns += _run_columns(i, suite.implementation.label, compact=compact)
     return columns
@@ -354,6 +359,8 @@ def render_report_markdown(
             f"- Judged: {suite.judgement_summary()}",
             f"- Implementation: `{impl.spec or impl.name}`, version {impl.version or 'unknown'}",
             f"- Capabilities: {', '.join(sorted(impl.capabilities)) or 'none declared'}",
+            f"- Transport: {impl.transport} (clauses of another transport's scope are "
+            "NOT_APPLICABLE)",
             *_expectations_md(suite),
             f"- Spec: {suite.spec_label}; started {suite.started.isoformat(timespec='seconds')}; "
             f"duration {suite.duration:.1f} s; seed {_seed(suite)}",
@@ -437,6 +444,7 @@ pre { white-space: pre-wrap; word-break: break-word; margin: 4px 0 0; font-size:
 .v-error { background: #fbefff; color: #6e40c9; border-color: #c297ff; }
 .v-unsupported { background: #eaeef2; color: #424a53; border-color: #afb8c1; }
 .v-not_tested { background: #fff; color: #6e7781; border: 1px dashed #afb8c1; }
+.v-not_applicable { background: #f6f8fa; color: #8c959f; border: 1px dotted #d1d9e0; }
 ul.checks .badge { min-width: 0; font-size: 11px; }
 small.expect { display: block; max-width: 220px; white-space: normal; color: var(--muted);
   font-size: 11px; margin-top: 2px; }
@@ -462,6 +470,7 @@ def _run_card(suite: SuiteResult) -> str:
         ("Implementation", impl.spec or impl.name),
         ("Version", impl.version or "unknown"),
         ("Capabilities", ", ".join(sorted(impl.capabilities)) or "none declared"),
+        ("Transport", impl.transport),
         ("Spec", suite.spec_label),
         ("Started", suite.started.isoformat(timespec="seconds")),
         ("Duration", f"{suite.duration:.1f} s"),

@@ -21,7 +21,7 @@ from ._results import (
     Verdict,
     exit_status,
 )
-from .spec import Spec, default_spec
+from .spec import DEFAULT_TRANSPORT, Spec, default_spec
 
 __all__ = ["JSON_SCHEMA", "as_runs", "json_document", "suite_from_json"]
 
@@ -74,7 +74,11 @@ def _suite_json(suite: SuiteResult) -> dict[str, Any]:
     return {
         "schema": JSON_SCHEMA,
         "spec": suite.spec_label,
-        "implementation": {**impl_json, "capabilities": sorted(impl.capabilities)},
+        "implementation": {
+            **impl_json,
+            "capabilities": sorted(impl.capabilities),
+            "transport": impl.transport,
+        },
         "started": suite.started.isoformat(),
         "duration": round(suite.duration, 6),
         "seed": suite.seed,
@@ -88,6 +92,7 @@ def _suite_json(suite: SuiteResult) -> dict[str, Any]:
             },
             "must_failures": [r.clause.id for r in suite.must_failures],
             "must_not_judged": [r.clause.id for r in suite.must_not_judged],
+            "not_applicable": [r.clause.id for r in suite.not_applicable],
             "unlocking_capabilities": {
                 cap: list(ids) for cap, ids in suite.unlocking_capabilities().items()
             },
@@ -101,12 +106,14 @@ def _suite_json(suite: SuiteResult) -> dict[str, Any]:
                 "id": r.clause.id,
                 "area": r.clause.area,
                 "level": r.clause.level,
+                "scope": r.clause.scope,
                 "title": r.clause.title,
                 "verdict": r.verdict.value,
                 "expected": _expected_json(r),
                 "duration": round(r.duration, 6),
                 "failing_rank": r.failing_rank,
                 "message": r.message,
+                "check_summary": r.check_summary,
                 "checks": [
                     {
                         "test_id": ch.test_id,
@@ -175,6 +182,7 @@ def suite_from_json(doc: Mapping[str, Any], spec: Spec | None = None) -> SuiteRe
             name=impl.get("name", "unknown"),
             version=impl.get("version", ""),
             capabilities=frozenset(impl.get("capabilities", ())),
+            transport=impl.get("transport", DEFAULT_TRANSPORT),
         ),
         spec_label=doc["spec"],
         clauses=clauses,

@@ -6,8 +6,12 @@ clause registry, and the report writers (``_report.py``) only read these values.
 rules here, in one place and without pytest, makes them testable with synthetic results and
 reusable by any other runner.
 
-Aggregation per clause (also stated in SPEC.md, "Verdicts"): any FAIL -> FAIL; else any ERROR
--> ERROR; else all UNSUPPORTED -> UNSUPPORTED; no checks -> NOT_TESTED; else PASS.  A check
+Aggregation per clause (also stated in SPEC.md, "Verdicts"): a clause whose scope is another
+transport's is NOT_APPLICABLE whatever its checks say; else any FAIL -> FAIL; else any ERROR
+-> ERROR; else any UNSUPPORTED -> UNSUPPORTED (a clause is PASS only if every check citing it
+ran and passed: an incidental PASS never outweighs a decisive check that could not run); no
+checks -> NOT_TESTED; only NOT_APPLICABLE checks (every test of the clause stages its fault
+through another transport) -> UNSUPPORTED, "not staged on this transport"; else PASS.  A check
 whose own verdict is NOT_TESTED (deselected, not run) counts as absent.
 
 Exit status: 1 iff a MUST clause is FAIL *or ERROR*, or a check cites an unknown clause id
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
 
-from .spec import LEVELS, Clause, Spec
+from .spec import DEFAULT_TRANSPORT, LEVELS, Clause, Spec
 
 __all__ = [
     "EXIT_MUST_FAILED",
@@ -54,6 +58,8 @@ class Verdict(enum.StrEnum):
     UNSUPPORTED = "UNSUPPORTED"
     ERROR = "ERROR"
     NOT_TESTED = "NOT_TESTED"
+    NOT_APPLICABLE = "NOT_APPLICABLE"
+    """The clause (or one check's staging) belongs to another transport's profile."""
 
     @property
     def is_failure(self) -> bool:
@@ -120,7 +126,8 @@ class ClauseResult:
         """An expectation the run contradicts without failing (e.g. PASS where FAIL was
         expected): like ``xfail_strict``, the file must be updated.  A clause the run did
         not judge (NOT_TESTED, e.g. deselected) contradicts nothing."""
-        if self.expected is None or self.verdict in (self.expected, Verdict.NOT_TESTED):
+        not_judged = (self.expected, Verdict.NOT_TESTED, Verdict.NOT_APPLICABLE)
+        if self.expected is None or self.verdict in not_judged:
             return False
         return not self.verdict.is_failure
 
@@ -162,8 +169,29 @@ class ClauseResult:
         """The deciding check's message for FAIL/ERROR/UNSUPPORTED, empty otherwise."""
         if self.verdict in (Verdict.PASS, Verdict.NOT_TESTED):
             return ""
+        if self.verdict is Verdict.NOT_APPLICABLE:
+            return (
+                f"scope {self.clause.scope}: not part of this implementation's transport "
+                "profile (never FAIL, never part of a conformance claim)"
+            )
         check = self.deciding_check
+        if check is None and self.verdict is Verdict.UNSUPPORTED:
+            staged = next((c for c in self.checks if c.verdict is Verdict.NOT_APPLICABLE), None)
+            why = f" ({staged.message})" if staged is not None and staged.message else ""
+            return f"not staged on this transport: no test of the clause could run{why}"
         return check.message if check is not None else ""
+
+    @property
+    def check_summary(self) -> str:
+        """Which checks ran and what each gave (``"PASS 2, UNSUPPORTED 1 of 3 checks"``), so a
+        reader sees what a verdict rests on; empty when no check cites the clause."""
+        counts: dict[str, int] = {}
+        for check in self.checks:
+            counts[check.verdict.value] = counts.get(check.verdict.value, 0) + 1
+        if not counts:
+            return ""
+        shown = ", ".join(f"{verdict} {n}" for verdict, n in sorted(counts.items()))
+        return f"{shown} of {len(self.checks)} check(s)"
 
     @property
     def is_must_failure(self) -> bool:
@@ -178,6 +206,7 @@ class ImplementationInfo:
     name: str = "unknown"
     version: str = ""
     capabilities: frozenset[str] = frozenset()
+    transport: str = DEFAULT_TRANSPORT
 
     @property
     def label(self) -> str:
@@ -241,6 +270,11 @@ class SuiteResult:
         unjudged = (Verdict.UNSUPPORTED, Verdict.NOT_TESTED)
         return tuple(r for r in self.clauses if r.clause.level == "MUST" and r.verdict in unjudged)
 
+    @property
+    def not_applicable(self) -> tuple[ClauseResult, ...]:
+        """Clauses of another transport's profile: outside every claim, never failures."""
+        return tuple(r for r in self.clauses if r.verdict is Verdict.NOT_APPLICABLE)
+
     def unlocking_capabilities(self) -> dict[str, tuple[str, ...]]:
         """Capability -> the not-judged MUST clauses that need it and it does not declare.
 
@@ -257,7 +291,11 @@ class SuiteResult:
 
     def judgement_summary(self) -> str:
         """One plain sentence: what was judged, what holds, and what was not judged."""
-        musts = [r for r in self.clauses if r.clause.level == "MUST"]
+        musts = [
+            r
+            for r in self.clauses
+            if r.clause.level == "MUST" and r.verdict is not Verdict.NOT_APPLICABLE
+        ]
         unjudged = self.must_not_judged
         judged = len(musts) - len(unjudged)
         failed = len(self.must_failures)
@@ -265,6 +303,12 @@ class SuiteResult:
             text = f"{failed} of the {judged} MUST clause(s) judged are not shown to hold"
         else:
             text = f"all {judged} MUST clause(s) judged hold"
+        outside = len(self.not_applicable)
+        if outside:
+            text += (
+                f" ({outside} clause(s) of another transport's profile are NOT_APPLICABLE to "
+                f"transport {self.implementation.transport!r})"
+            )
         if not unjudged:
             return f"{text}; every MUST clause of the run was judged."
         unlocks = self.unlocking_capabilities()
@@ -284,17 +328,22 @@ class SuiteResult:
         return exit_status(self)
 
 
-def aggregate_verdict(verdicts: Iterable[Verdict]) -> Verdict:
-    """Fold check verdicts into a clause verdict (rules in the module docstring)."""
+def aggregate_verdict(verdicts: Iterable[Verdict], *, applies: bool = True) -> Verdict:
+    """Fold check verdicts into a clause verdict (rules in the module docstring).
+
+    :param applies: False for a clause of another transport's scope: NOT_APPLICABLE,
+        whatever its checks say (a group failure that names no clause never decides it).
+    """
+    if not applies:
+        return Verdict.NOT_APPLICABLE
     present = [Verdict(v) for v in verdicts if Verdict(v) is not Verdict.NOT_TESTED]
     if not present:
         return Verdict.NOT_TESTED
-    if Verdict.FAIL in present:
-        return Verdict.FAIL
-    if Verdict.ERROR in present:
-        return Verdict.ERROR
-    if all(v is Verdict.UNSUPPORTED for v in present):
-        return Verdict.UNSUPPORTED
+    for decisive in (Verdict.FAIL, Verdict.ERROR, Verdict.UNSUPPORTED):
+        if decisive in present:
+            return decisive
+    if all(v is Verdict.NOT_APPLICABLE for v in present):
+        return Verdict.UNSUPPORTED  # applies, but no test could stage it on this transport
     return Verdict.PASS
 
 
@@ -315,6 +364,7 @@ def aggregate(
     is not in ``spec`` is recorded in ``unknown_clause_ids`` (and fails the exit status).
     """
     chosen = tuple(clauses) if clauses is not None else spec.clauses
+    impl = implementation or ImplementationInfo()
     by_clause: dict[str, list[CheckResult]] = {c.id: [] for c in chosen}
     unknown: list[str] = []
     for check in checks:
@@ -326,13 +376,15 @@ def aggregate(
     results = tuple(
         ClauseResult(
             clause=c,
-            verdict=aggregate_verdict(ch.verdict for ch in by_clause[c.id]),
+            verdict=aggregate_verdict(
+                (ch.verdict for ch in by_clause[c.id]), applies=c.applies_to(impl.transport)
+            ),
             checks=tuple(by_clause[c.id]),
         )
         for c in chosen
     )
     return SuiteResult(
-        implementation=implementation or ImplementationInfo(),
+        implementation=impl,
         spec_label=spec.label,
         clauses=results,
         checks=tuple(checks),

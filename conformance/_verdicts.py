@@ -60,10 +60,12 @@ from ._checks import Check, CheckFailed, PreconditionError, clause_of_message
 from ._results import Verdict
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
     "Judgement",
+    "NotApplicable",
+    "NotStaged",
     "Unsupported",
     "clause_checks",
     "judge",
@@ -92,6 +94,18 @@ class Unsupported(pytest.skip.Exception):  # type: ignore[name-defined,misc]
     A pytest skip, so pytest reports it as skipped; the plugin maps it to UNSUPPORTED,
     which is neither PASS nor FAIL.
     """
+
+
+class NotApplicable(pytest.skip.Exception):  # type: ignore[name-defined,misc]
+    """Every clause the test cites belongs to another transport's profile: the test is not
+    run, and each of its clauses is NOT_APPLICABLE (never FAIL, never PASS)."""
+
+
+class NotStaged(pytest.skip.Exception):  # type: ignore[name-defined,misc]
+    """The test stages its fault through another transport (a uds-v1 rogue peer or root, a
+    socket trick): it cannot run against this implementation, and each of its checks is
+    NOT_APPLICABLE.  Never PASS: a core clause that only such tests cite is UNSUPPORTED
+    ("not staged on this transport")."""
 
 
 def require(impl: _HasCapabilities, *capabilities: str) -> None:
@@ -183,6 +197,8 @@ def judge_exception(when: str, exc: BaseException, text: str) -> Judgement:  # n
 
     :param when: ``"setup"``, ``"call"`` or ``"teardown"``.
     """
+    if isinstance(exc, NotApplicable | NotStaged):
+        return Judgement(Verdict.NOT_APPLICABLE, _clip(str(getattr(exc, "msg", None) or exc)))
     if _is_capability_missing(exc):
         return Judgement(Verdict.UNSUPPORTED, _clip(str(getattr(exc, "msg", None) or exc)))
     if isinstance(exc, pytest.skip.Exception):
@@ -215,6 +231,7 @@ def judge_exception(when: str, exc: BaseException, text: str) -> Judgement:  # n
 _SEVERITY: Final = {
     Verdict.PASS: 0,
     Verdict.UNSUPPORTED: 1,
+    Verdict.NOT_APPLICABLE: 1,
     Verdict.ERROR: 2,
     Verdict.FAIL: 2,
 }
@@ -235,14 +252,33 @@ _IMPLICIT_NOTE: Final = "the test passed (it records no separate check for this 
 
 
 def clause_checks(
-    cited: Sequence[str], recorded: Iterable[Check], phases: Iterable[Judgement | None]
+    cited: Sequence[str],
+    recorded: Iterable[Check],
+    phases: Iterable[Judgement | None],
+    *,
+    not_applicable: Mapping[str, str] | None = None,
 ) -> list[Check]:
     """One test's checks, per clause: the rules in the module docstring.
 
     :param cited: the clause ids the test's ``clause`` marker names, in order.
     :param recorded: the soft checks the test made (``_checks.CheckLog.checks``).
     :param phases: the judgement of each phase that raised (setup, call, teardown order).
+    :param not_applicable: cited clauses of another transport's profile -> why; each gets
+        exactly one NOT_APPLICABLE check, whatever the test did (a group failure naming no
+        clause never decides a clause the implementation cannot be reached for).
     """
+    outside = dict(not_applicable or {})
+    judged = [cid for cid in cited if cid not in outside]
+    own = [check for check in recorded if check.clause_id not in outside]
+    checks = [c for c in _applicable_checks(judged, own, phases) if c.clause_id not in outside]
+    checks.extend(Check(cid, Verdict.NOT_APPLICABLE, _clip(why)) for cid, why in outside.items())
+    return checks
+
+
+def _applicable_checks(
+    cited: Sequence[str], recorded: Iterable[Check], phases: Iterable[Judgement | None]
+) -> list[Check]:
+    """:func:`clause_checks` for the cited clauses of the implementation's own profile."""
     checks = list(recorded)
     unattributed: Judgement | None = None
     stopped_at: Judgement | None = None

@@ -58,11 +58,22 @@ from ._results import (
     Verdict,
     aggregate,
 )
-from ._verdicts import Judgement, Unsupported, clause_checks, judge, judge_exception, require
-from .spec import Spec, load_spec
+from ._verdicts import (
+    Judgement,
+    NotApplicable,
+    NotStaged,
+    Unsupported,
+    clause_checks,
+    judge,
+    judge_exception,
+    require,
+)
+from .spec import DEFAULT_TRANSPORT, Spec, load_spec
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Sequence
+
+    from tpbcast.harness import Implementation
 
     from .spec import Clause
 
@@ -92,6 +103,7 @@ P_IMPL: Final = "tpbcast_impl_name"
 P_IMPL_VERSION: Final = "tpbcast_impl_version"
 P_IMPL_CAPS: Final = "tpbcast_impl_capabilities"
 P_IMPL_SPEC: Final = "tpbcast_impl_spec"
+P_IMPL_TRANSPORT: Final = "tpbcast_impl_transport"
 P_SEED: Final = "tpbcast_seed"
 P_CHECKS: Final = "tpbcast_checks"
 
@@ -102,6 +114,9 @@ _PHASES_KEY: Final = pytest.StashKey[list[Judgement | None]]()
 _DURATION_KEY: Final = pytest.StashKey[float]()
 _SHARED_KEY: Final = pytest.StashKey[str]()
 _LOG_KEY: Final = pytest.StashKey[_checks.CheckLog]()
+_OUTSIDE_KEY: Final = pytest.StashKey[dict[str, str]]()
+_EVERY_TRANSPORT: Final = ("core", "dispatch")
+"""Scopes judged whatever the implementation's transport (``Clause.applies_to``)."""
 
 
 # --------------------------------------------------------------------------- selection
@@ -126,16 +141,16 @@ def select_clauses(spec: Spec, selectors: Iterable[str]) -> tuple[Clause, ...] |
 
 
 def list_lines(selectors: Sequence[str] = (), registry: str | None = None) -> list[str]:
-    """``--list``: one line per (selected) clause: id, level, scope, capabilities, title."""
+    """``--list``: one line per (selected) clause: id, level, scope, title, capabilities."""
     spec = load_spec(registry)
     chosen = select_clauses(spec, selectors)
     clauses = spec.clauses if chosen is None else chosen
     width = max((len(c.id) for c in clauses), default=8)
+    scope_width = max((len(c.scope) for c in clauses), default=4)
     lines = []
     for c in clauses:
         extra = f" [needs {', '.join(c.capabilities)}]" if c.capabilities else ""
-        scope = "" if c.suite_testable else " (judged by the reference's self-tests)"
-        lines.append(f"{c.id:<{width}}  {c.level:<6}  {c.title}{extra}{scope}")
+        lines.append(f"{c.id:<{width}}  {c.level:<6}  {c.scope:<{scope_width}}  {c.title}{extra}")
     return lines
 
 
@@ -186,6 +201,13 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "clause(*ids): the conformance clause ids (e.g. 'WIRE-1') this test judges; "
         "each check inside it judges one of them (tests/_support.check)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "staged_via(transport): the test stages its fault through that transport (a uds-v1 "
+        "rogue peer or root, a socket trick); against an implementation of another transport "
+        "it is not run and its checks are NOT_APPLICABLE (a core clause only such tests cite "
+        "is UNSUPPORTED: not staged)",
     )
     _preload_optional("numpy")
     spec = load_spec(config.getoption("tpbcast_registry"))
@@ -276,7 +298,7 @@ class RegistryCheck(pytest.Item):
                 f"({len(self.problems)} problem(s)); no verdict was produced:",
                 *(f"  - {p}" for p in self.problems),
                 "Every test must cite known clause ids with @pytest.mark.clause(...), and "
-                "every MUST/SHOULD clause (scope 'suite') needs at least one test.",
+                "every MUST/SHOULD clause needs at least one test.",
             ]
         )
 
@@ -353,6 +375,43 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         item.stash[_LOG_KEY] = _checks.begin()
 
 
+def _staged_via(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("staged_via")
+    return None if mark is None or not mark.args else str(mark.args[0])
+
+
+@pytest.fixture(autouse=True)
+def _tpbcast_transport_profile(request: pytest.FixtureRequest) -> None:
+    """Judge a test only on the clauses of the implementation's transport profile.
+
+    Cited clauses of another transport's scope are NOT_APPLICABLE (recorded for
+    :func:`clause_checks`); a test citing only such clauses, or staged through another
+    transport (``staged_via``), is not run at all.
+    """
+    item = request.node
+    cited: tuple[str, ...] = item.stash.get(_CLAUSES_KEY, ())
+    spec = item.config.stash[_SPEC_KEY]
+    via = _staged_via(item)
+    if not cited or (via is None and all(spec[cid].scope in _EVERY_TRANSPORT for cid in cited)):
+        item.stash[_OUTSIDE_KEY] = {}
+        return  # judged on every transport: no need to load the implementation here
+    impl: Implementation = request.getfixturevalue("tpbcast_impl")
+    outside = {
+        cid: f"{cid} has scope {spec[cid].scope}; {impl.name!r} declares transport "
+        f"{impl.transport!r}"
+        for cid in cited
+        if not spec[cid].applies_to(impl.transport)
+    }
+    item.stash[_OUTSIDE_KEY] = outside
+    if len(outside) == len(cited):
+        raise NotApplicable("NOT_APPLICABLE: " + "; ".join(outside.values()))
+    if via is not None and via != impl.transport:
+        raise NotStaged(
+            f"not staged: the test stages its fault through {via} (a rogue peer or root, a "
+            f"socket trick), which {impl.name!r} (transport {impl.transport!r}) does not speak"
+        )
+
+
 def _checks_json(checks: Iterable[_checks.Check]) -> str:
     return json.dumps(
         [
@@ -398,13 +457,17 @@ def pytest_runtest_makereport(
             report.user_properties.append((P_IMPL, impl.name))
             report.user_properties.append((P_IMPL_VERSION, impl.version))
             report.user_properties.append((P_IMPL_CAPS, ",".join(sorted(impl.capabilities))))
+            report.user_properties.append((P_IMPL_TRANSPORT, impl.transport))
     if call.when == "teardown":
         final = judge(phases)
         _checks.end()
         log = item.stash.get(_LOG_KEY, None)
         recorded = log.checks if log is not None else []
         cited: tuple[str, ...] = item.stash[_CLAUSES_KEY]
-        per_clause = clause_checks(cited, recorded, phases)
+        outside = item.stash.get(_OUTSIDE_KEY, None)
+        if outside is None:  # setup failed before the profile was read: judge it afresh
+            outside = _outside_profile(item, cited)
+        per_clause = clause_checks(cited, recorded, phases, not_applicable=outside)
         if final.verdict is Verdict.PASS and any(c.verdict.is_failure for c in per_clause):
             # Soft checks failed although no phase raised: the test as a whole failed.
             worst = next(c for c in per_clause if c.verdict.is_failure)
@@ -419,6 +482,20 @@ def pytest_runtest_makereport(
         if final.failing_rank is not None:
             props.append((P_RANK, final.failing_rank))
     return report
+
+
+def _outside_profile(item: pytest.Item, cited: Sequence[str]) -> dict[str, str]:
+    """The cited clauses outside the loaded implementation's transport profile (none if the
+    implementation never loaded: then every clause's check is the setup ERROR)."""
+    impl = loaded_implementation(item.config)
+    if impl is None:
+        return {}
+    spec = item.config.stash[_SPEC_KEY]
+    return {
+        cid: f"{cid} has scope {spec[cid].scope}; transport {impl.transport!r}"
+        for cid in cited
+        if not spec[cid].applies_to(impl.transport)
+    }
 
 
 def _props(report: pytest.TestReport) -> list[tuple[str, object]]:
@@ -470,6 +547,7 @@ class _ResultCollector:
                 name=str(values[P_IMPL]),
                 version=str(values.get(P_IMPL_VERSION, "")),
                 capabilities=frozenset(c for c in caps.split(",") if c),
+                transport=str(values.get(P_IMPL_TRANSPORT, DEFAULT_TRANSPORT)),
             )
         if report.when == "teardown" and P_CHECKS in values:
             duration = float(str(values.get(P_DURATION, report.duration)))
@@ -533,7 +611,8 @@ class _ResultCollector:
         if self.suite is None:
             return
         tr.section("tpbcast conformance")
-        tr.write_line(f"implementation: {self.suite.implementation.label}")
+        impl = self.suite.implementation
+        tr.write_line(f"implementation: {impl.label} (transport {impl.transport})")
         for level, counts in self.suite.counts_by_level().items():
             shown = ", ".join(f"{v.value} {n}" for v, n in counts.items() if n)
             tr.write_line(f"{level:<6} {shown or '-'}")

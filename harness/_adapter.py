@@ -18,6 +18,7 @@ from ._contract import (
     ImplementationLoadError,
     check_members,
     parse_capabilities,
+    parse_transport,
 )
 from ._exec_adapter import load_exec_implementation
 
@@ -120,6 +121,7 @@ def load_implementation(spec: str) -> Implementation:
         declared = ()
     capabilities = parse_capabilities(declared, source=f"{spec} capabilities")
     check_members(spec, sample, capabilities)
+    transport = parse_transport(getattr(sample, "transport", None), source=f"{spec} transport")
     name = getattr(sample, "name", None)
     version = getattr(sample, "version", None)
     return Implementation(
@@ -128,4 +130,5 @@ def load_implementation(spec: str) -> Implementation:
         version=str(version) if version else _version_of(module_name),
         capabilities=capabilities,
         factory=factory,
+        transport=transport,
     )

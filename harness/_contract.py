@@ -20,7 +20,9 @@ from typing import Any, Final, Protocol, final, runtime_checkable
 __all__ = [
     "CAPABILITY_MEMBERS",
     "DEFAULT_IMPLEMENTATION",
+    "DEFAULT_TRANSPORT",
     "REQUIRED_MEMBERS",
+    "TRANSPORTS",
     "AdapterError",
     "Broadcaster",
     "Capability",
@@ -30,10 +32,17 @@ __all__ = [
     "UnknownCapabilityError",
     "check_members",
     "parse_capabilities",
+    "parse_transport",
 ]
 
 DEFAULT_IMPLEMENTATION: Final = "tpbcast.reference_impl.conformance_adapter:make"
 """The reference implementation's factory, named by string on purpose."""
+
+TRANSPORTS: Final = ("uds-v1", "shm")
+"""Transports an adapter may declare in its ``transport`` attribute (the conformance SPEC's
+transport scopes; ``tests/conformance_machinery`` checks the two lists agree)."""
+DEFAULT_TRANSPORT: Final = "uds-v1"
+"""An adapter that declares no transport speaks RTP-LLM's Unix-socket wire v1."""
 
 
 class Capability(enum.StrEnum):
@@ -146,6 +155,26 @@ def parse_capabilities(value: Iterable[str] | str, *, source: str = "") -> froze
     return frozenset(names)
 
 
+def parse_transport(value: object, *, source: str = "") -> str:
+    """Validate a declared transport (``None``, the attribute absent, is ``uds-v1``: the wire
+    every adapter spoke before transports were declared).
+
+    :raises UnknownCapabilityError: a name that is not one of :data:`TRANSPORTS`; a typo
+        must not turn every clause of the implementation's real transport NOT_APPLICABLE.
+    """
+    if value is None:
+        return DEFAULT_TRANSPORT
+    name = str(value)
+    if name not in TRANSPORTS:
+        where = f" in {source}" if source else ""
+        close = difflib.get_close_matches(name, TRANSPORTS, n=1)
+        hint = f" - did you mean {close[0]!r}?" if close else ""
+        raise UnknownCapabilityError(
+            f"unknown transport {name!r}{where}{hint} (known: {', '.join(TRANSPORTS)})"
+        )
+    return name
+
+
 def check_members(spec: str, obj: object, capabilities: frozenset[str]) -> None:
     missing = [name for name in REQUIRED_MEMBERS if not callable(getattr(obj, name, None))]
     promised = [
@@ -176,6 +205,9 @@ class Implementation:
     version: str
     capabilities: frozenset[str]
     factory: Callable[[], object] = field(repr=False, compare=False)
+    transport: str = DEFAULT_TRANSPORT
+    """The transport the adapter declared (``transport`` attribute; absent: ``uds-v1``).
+    The conformance suite judges a clause of another transport's scope NOT_APPLICABLE."""
 
     def create(self) -> Broadcaster:
         """A fresh broadcaster from the factory, checked against the contract.

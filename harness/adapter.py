@@ -2,7 +2,7 @@
 
 ``load_implementation("module:callable")`` (or ``"exec:<command …>"`` for one that runs as
 its own executable) returns an :class:`Implementation`: a factory plus the name, version
-and capabilities it declared.  This tier holds the rest of the contract for people who
+capabilities and transport it declared.  This tier holds the rest of the contract for people who
 write an adapter or a loader: the members every broadcaster needs, the capability names,
 and the errors a load or an ``exec:`` driver can raise (DESIGN.md, "Adapter contract").
 """
@@ -12,7 +12,9 @@ from __future__ import annotations
 from ._adapter import load_implementation
 from ._contract import (
     DEFAULT_IMPLEMENTATION,
+    DEFAULT_TRANSPORT,
     REQUIRED_MEMBERS,
+    TRANSPORTS,
     AdapterError,
     Broadcaster,
     Capability,
@@ -21,12 +23,15 @@ from ._contract import (
     ImplementationLoadError,
     UnknownCapabilityError,
     parse_capabilities,
+    parse_transport,
 )
 from ._exec_errors import ExecBroadcastError, ExecDriverError
 
 __all__ = [
     "DEFAULT_IMPLEMENTATION",
+    "DEFAULT_TRANSPORT",
     "REQUIRED_MEMBERS",
+    "TRANSPORTS",
     "AdapterError",
     "Broadcaster",
     "Capability",
@@ -38,4 +43,5 @@ __all__ = [
     "UnknownCapabilityError",
     "load_implementation",
     "parse_capabilities",
+    "parse_transport",
 ]

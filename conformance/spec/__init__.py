@@ -29,10 +29,12 @@ from typing import Any, Final
 __all__ = [
     "AREAS",
     "CAPABILITIES",
+    "DEFAULT_TRANSPORT",
     "LEVELS",
     "SCOPES",
     "SPEC_MD_PATH",
     "SPEC_TOML_PATH",
+    "TRANSPORTS",
     "UPSTREAM_STATES",
     "Area",
     "Clause",
@@ -64,9 +66,15 @@ AREAS: Final = (
 )
 #: RFC 2119 levels, strongest first.
 LEVELS: Final = ("MUST", "SHOULD", "MAY")
-#: "suite": judged through the adapter contract; "reference": judged by the reference's
-#: self-tests only (it constrains helpers that are not part of the adapter contract).
-SCOPES: Final = ("suite", "reference")
+#: Transports an implementation can declare (adapter attribute ``transport``; absent means
+#: the wire every existing adapter speaks, ``uds-v1``).
+TRANSPORTS: Final = ("uds-v1", "shm")
+DEFAULT_TRANSPORT: Final = "uds-v1"
+#: The profile a clause belongs to: ``core`` (any CPU TP broadcaster), a transport of
+#: :data:`TRANSPORTS` (only implementations of that transport), or ``dispatch`` (the
+#: fallback layer, any transport; gated by capability ``dispatch``).  A clause of another
+#: transport's scope is NOT_APPLICABLE, never FAIL (SPEC.md, "Transport profiles").
+SCOPES: Final = ("core", *TRANSPORTS, "dispatch")
 UPSTREAM_STATES: Final = ("conforms", "deviates", "absent")
 
 #: Adapter capabilities and the members they promise (DESIGN.md, "Adapter contract").
@@ -147,7 +155,7 @@ class Clause:
     requirement: str
     rationale: str
     capabilities: tuple[str, ...] = ()
-    scope: str = "suite"
+    scope: str = "core"
     upstream: str | None = None
     upstream_note: str = ""
 
@@ -156,15 +164,15 @@ class Clause:
         """``WIRE-1`` -> ``wire-1``: reports link to ``SPEC.md#wire-1``."""
         return self.id.lower()
 
-    @property
-    def suite_testable(self) -> bool:
-        """True if the conformance suite judges this clause (scope "suite")."""
-        return self.scope == "suite"
+    def applies_to(self, transport: str) -> bool:
+        """True if an implementation of ``transport`` is judged on this clause: core and
+        dispatch clauses apply to every transport, a transport clause only to its own."""
+        return self.scope in ("core", "dispatch") or self.scope == transport
 
     @property
     def needs_test(self) -> bool:
-        """MUST and SHOULD clauses of the suite's scope must be cited by at least one test."""
-        return self.suite_testable and self.level in ("MUST", "SHOULD")
+        """MUST and SHOULD clauses must be cited by at least one test."""
+        return self.level in ("MUST", "SHOULD")
 
     @property
     def sort_key(self) -> tuple[int, int]:
@@ -243,7 +251,7 @@ class Spec:
         return tuple(c for c in self.clauses if c.level == level.upper())
 
     def requiring_tests(self) -> tuple[Clause, ...]:
-        """The clauses a suite run must cite at least once (MUST/SHOULD, scope "suite")."""
+        """The clauses a suite run must cite at least once (MUST and SHOULD)."""
         return tuple(c for c in self.clauses if c.needs_test)
 
     def select(self, selectors: Iterable[str]) -> tuple[Clause, ...]:
@@ -407,7 +415,7 @@ def _build_clause(raw: Mapping[str, Any], where: str, problems: list[str]) -> Cl
         requirement=_text(raw, "requirement", cid, problems),
         rationale=_text(raw, "rationale", cid, problems),
         capabilities=_string_list(raw.get("capabilities", []), f"{cid}: 'capabilities'", problems),
-        scope=str(raw.get("scope", "suite")),
+        scope=str(raw.get("scope", "core")),
         upstream=None if raw.get("upstream") is None else str(raw["upstream"]),
         upstream_note=" ".join(str(raw.get("upstream_note", "")).split()),
     )

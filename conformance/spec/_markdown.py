@@ -34,10 +34,30 @@ and reports can link to it (`SPEC.md#wire-1`).
 | **SHOULD** | required unless there is a documented reason not to | reported, exit status kept |
 | **MAY** | optional; if present it must work as described | reported for information |
 
-A clause of scope *reference* would constrain a helper of the reference implementation outside
-the adapter contract and be judged by the reference's self-tests only; today every clause has
-scope *suite* (the base-path helper became the optional `base_path` capability). Every MUST and
-SHOULD clause of scope *suite* is cited by at least one test of the suite.
+Every MUST and SHOULD clause is cited by at least one test of the suite.
+
+## Transport profiles
+
+LLM engines ship CPU TP broadcasters over different transports: RTP-LLM fans bytes out over a
+Unix socket (wire v1), vLLM's `MessageQueue` writes a shared-memory ring. Every clause has a
+*scope*, the profile it belongs to:
+
+| scope | judged for | what it covers |
+|---|---|---|
+| `core` | every implementation | data, arguments, reset, deadlines, faults, hygiene |
+| `uds-v1` | transport `uds-v1` | RTP-LLM's Unix-socket wire v1 and its sockets |
+| `shm` | transport `shm` | segments, rendezvous files, ring back-pressure |
+| `dispatch` | capability `dispatch` | the fallback dispatch layer |
+
+Core clauses are worded transport-neutrally and staged with process faults observed from
+outside (/proc, fd tables, snapshots of the directories an implementation may write).
+
+An adapter declares its transport in a `transport` attribute (`"uds-v1"` or `"shm"`; absent
+means `"uds-v1"`). A clause of another transport's scope is **NOT_APPLICABLE** for it: never
+FAIL, never PASS, never part of a conformance claim, whatever happened in a test that also
+cites it. A test that stages its fault through another transport (a uds-v1 rogue peer or
+root, a socket trick: marker `staged_via`) is not run; a core clause that only such tests
+cite is UNSUPPORTED ("not staged on this transport"), never PASS.
 
 ## Verdicts
 
@@ -45,12 +65,18 @@ SHOULD clause of scope *suite* is cited by at least one test of the suite.
 |---|---|
 | **PASS** | every check citing the clause ran and passed |
 | **FAIL** | at least one check showed the implementation violating the clause |
-| **UNSUPPORTED** | every check needs a capability the implementation does not declare |
+| **UNSUPPORTED** | a check could not run (an undeclared capability; not stageable here) |
 | **ERROR** | a check could not judge the clause (the harness or the test itself broke) |
 | **NOT_TESTED** | no check citing the clause ran (deselected, or none exists) |
+| **NOT_APPLICABLE** | the clause belongs to another transport's profile (see above) |
 
-A clause's verdict aggregates its checks: any FAIL gives FAIL, else any ERROR gives ERROR, else
-all UNSUPPORTED gives UNSUPPORTED, else PASS; no checks gives NOT_TESTED.
+A clause's verdict aggregates its checks: a clause of another transport's scope is
+NOT_APPLICABLE; else any FAIL gives FAIL, else any ERROR gives ERROR, else any UNSUPPORTED gives
+UNSUPPORTED (a passing check never outweighs one that could not run: "every check ran and
+passed" is what PASS means), else PASS if at least one check passed; checks staged through
+another transport only (NOT_APPLICABLE checks) give UNSUPPORTED; no checks gives NOT_TESTED.
+The reports list every check of a clause with its own verdict, so a reader sees what a verdict
+rests on.
 
 A *check* judges exactly one clause. A test may make several checks, of several clauses; they
 are soft: a failed check is recorded and the test goes on, so it never hides a later check, and
@@ -66,7 +92,9 @@ by the same test). How a test's checks and outcome become check verdicts
   the test without a FAIL of its own.
 - **UNSUPPORTED**: skipped by `require()` for an undeclared capability, by
   `CapabilityMissing`, or because the environment cannot stage a precondition (e.g. a foreign
-  uid without root).
+  uid without root); a fuzz test's clause that none of its staged cases judged.
+- **NOT_APPLICABLE**: the clause is of another transport's scope, or the test stages its fault
+  through another transport (`staged_via`).
 - **ERROR**: the clause could not be judged: a setup failure, a fault the test could not stage
   (`precondition`, for its clause), any other exception, a rank the harness had to stop at its
   deadline (a hang on an oversubscribed CPU is inconclusive; deadline clauses measure and
@@ -92,6 +120,8 @@ broadcaster object (see DESIGN.md for the full contract):
 | `name`, `version` | no | shown in reports (default: module name, package version) |
 | `resource_pids()` | no | other pids holding the implementation's fds (an `exec:` driver) |
 | `private_fds()` | no | `(pid, fd)` pairs of adapter plumbing, never judged |
+| `transport` | no | `"uds-v1"` (default) or `"shm"`: which transport clauses apply |
+| `buffered_broadcasts` | no | broadcasts rank 0 can complete for a peer that reads nothing |
 
 The fd clauses (WIRE-1, INIT-3, RESET-2, HYG-3, TIME-1, SEC-11, ...) look at this process and
 the resource pids, fds keyed by `(pid, fd)`, minus the private fds; an in-process adapter
@@ -218,15 +248,12 @@ def _render_index(spec: Spec) -> list[str]:
     out.append("")
     out.append("### Clause index")
     out.append("")
-    out.append(
-        "Upstream is RTP-LLM HEAD's behaviour; a clause of scope *reference* is marked (ref)."
-    )
+    out.append("Scope is the transport profile (above); upstream is RTP-LLM HEAD's behaviour.")
     out.append("")
-    out.append("| id | level | title | upstream |")
-    out.append("|---|---|---|---|")
+    out.append("| id | level | scope | title | upstream |")
+    out.append("|---|---|---|---|---|")
     out.extend(
-        f"| [{c.id}](#{c.anchor}) | {c.level}{'' if c.suite_testable else ' (ref)'} | "
-        f"{_md(c.title)} | {c.upstream or ''} |"
+        f"| [{c.id}](#{c.anchor}) | {c.level} | {c.scope} | {_md(c.title)} | {c.upstream or ''} |"
         for c in spec
     )
     out.append("")
@@ -265,7 +292,7 @@ _CHANGING: Final = """\
 3. A clause that is dropped moves to `[spec] retired` with the reason; its id stays taken.
 4. Regenerate with `python -m tpbcast.conformance.spec --write` (or `nox -s spec`);
    `--check` and the self-tests fail while this file is stale.
-5. Every MUST and SHOULD clause of scope *suite* needs a test citing it
+5. Every MUST and SHOULD clause needs a test citing it
    (`@pytest.mark.clause("AREA-N")`), or the conformance run stops with a usage error.
 """
 

@@ -3,9 +3,11 @@
 A fuzz test draws many cases; each case runs a fresh group of ranks and yields checks,
 one clause each (``Judged``).  The first case with a failed check makes hypothesis shrink
 it to a minimal one; what it then reports becomes the FAIL of each clause that minimal
-case violated, with the seed and the ``@reproduce_failure`` blob that replay it.  Every
-clause the test cites and no case violated gets one PASS saying over how many cases it
-held (recorded with ``_support.check`` like any clause).
+case violated, with the seed and the ``@reproduce_failure`` blob that replay it.  Staging is
+judged per clause: a clause no case violated gets one PASS saying over how many staged cases
+it held, but only if at least one staged case judged it (else UNSUPPORTED, "not staged") and
+the rogue staged enough of the cases (else ERROR, inconclusive); a case the rogue could not
+stage judges nothing, whatever its checks say.
 
 Profiles (``TPBCAST_FUZZ_PROFILE``): ``short`` (the default: a few dozen cases per test,
 seconds, what CI and a plain ``python -m tpbcast.conformance`` run) and ``long`` (at least
@@ -29,6 +31,9 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
+
+from tpbcast.conformance._checks import record_unjudged
+from tpbcast.conformance._results import Verdict
 
 from . import _support as s
 
@@ -111,7 +116,8 @@ class Tally:
         failed = []
         for check in checks:
             if check.holds:
-                self.held[check.cid] = self.held.get(check.cid, 0) + 1
+                if staged:  # an unstaged case judged nothing, whatever its checks say
+                    self.held[check.cid] = self.held.get(check.cid, 0) + 1
             else:
                 failed.append(check)
         if failed:
@@ -275,12 +281,33 @@ def run(
         held=tally.held,
         loadavg=_loadavg(),
     )
-    for cid in clauses:
-        if cid not in failed:
-            s.check(cid, True, f"{what}: {cid} held in every case ({summary})")
-    s.precondition(
-        next(iter(clauses)),
-        tally.unstaged <= UNSTAGED_LIMIT * max(1, tally.cases),
-        f"the suite's rogue could not stage {tally.unstaged} of {tally.cases} case(s)",
-    )
+    _judge_staging(clauses, failed, tally, what, summary)
     return tally
+
+
+def _judge_staging(
+    clauses: Iterable[str], failed: set[str], tally: Tally, what: str, summary: str
+) -> None:
+    """One verdict per clause that no case failed, staging applied per clause: PASS only if
+    at least one staged case judged the clause (``tally.held``) and the rogue staged enough
+    cases; a clause no case judged is UNSUPPORTED (not staged), never an incidental PASS."""
+    too_few = tally.unstaged > UNSTAGED_LIMIT * max(1, tally.cases)
+    for cid in clauses:
+        if cid in failed:
+            continue
+        judged = tally.held.get(cid, 0)
+        if judged == 0:
+            record_unjudged(
+                cid,
+                Verdict.UNSUPPORTED,
+                f"not staged: none of {tally.cases} case(s) judged it ({summary})",
+            )
+        elif too_few:
+            record_unjudged(
+                cid,
+                Verdict.ERROR,
+                f"the suite's rogue could not stage {tally.unstaged} of {tally.cases} "
+                f"case(s); {judged} judged it (inconclusive: {summary})",
+            )
+        else:
+            s.check(cid, True, f"{what}: {cid} held in all {judged} case(s) judging it ({summary})")

@@ -9,6 +9,7 @@ citing the clause, live in the test.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -23,6 +24,7 @@ from typing import Any, Final
 
 from tpbcast.conformance._checks import PreconditionError, record
 from tpbcast.harness.rogue import rogue_peer
+from tpbcast.harness.runtime import WORKDIR_PREFIX
 
 # Short deadlines keep fault tests fast; margins are generous because the machine may be
 # 4x oversubscribed (helper rules): an error must come within deadline + MARGIN and not
@@ -529,3 +531,62 @@ def once_per_run(shared_dir: Any, name: str, compute: Callable[[], Any], timeout
             return value
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- named leftovers
+
+DEV_SHM: Final = "/dev/shm"
+
+
+def private_tmpdir(ctx: Any) -> None:
+    """Point this rank's TMPDIR (and :mod:`tempfile`) at its group's workdir, so whatever an
+    implementation puts in TMPDIR (IPC socket files, rendezvous files) is seen by the
+    harness's leftover check of the workdir: observed from outside, per group, with no
+    interference from the other tests running beside it."""
+    import tempfile
+
+    os.environ["TMPDIR"] = ctx.workdir
+    tempfile.tempdir = None
+
+
+def dev_shm_names() -> dict[str, int]:
+    """Entries of /dev/shm with their inode (empty where there is no /dev/shm)."""
+    try:
+        with os.scandir(DEV_SHM) as it:
+            return {entry.name: entry.inode() for entry in it}
+    except OSError:
+        return {}
+
+
+def _held_by_a_live_process(paths: set[str]) -> set[str]:
+    """The paths some live process maps or holds open (another test's group, still alive)."""
+    held: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as fh:
+                held.update(p for line in fh for p in paths if line.rstrip().endswith(p))
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target in paths:
+                        held.add(target)
+        except OSError:
+            continue
+    return held
+
+
+def new_dev_shm_entries(before: dict[str, int]) -> list[str]:
+    """/dev/shm entries created since ``before`` that no live process maps or holds: what a
+    group that has ended left behind.  (Tests beside this one judge the same implementation,
+    so an orphan of theirs is the same defect; a live group's segments are excluded.)"""
+    now = dev_shm_names()
+    fresh = {
+        f"{DEV_SHM}/{name}"
+        for name, ino in now.items()
+        if before.get(name) != ino and not name.startswith(WORKDIR_PREFIX)  # the harness's own
+    }
+    if not fresh:
+        return []
+    return sorted(fresh - _held_by_a_live_process(fresh))

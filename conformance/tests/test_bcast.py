@@ -138,6 +138,7 @@ def test_root_check_comes_before_the_noop_cases(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("BCAST-6")
+@pytest.mark.staged_via("uds-v1")
 def test_zero_byte_broadcast_puts_nothing_on_the_wire(tpbcast_run, tpbcast_impl):
     data = s.payload(tpbcast_run.seed, 300, "b6")
 
@@ -432,6 +433,7 @@ def _judge_broken(second, took, impl, what, *, rank):
 
 
 @pytest.mark.clause("BCAST-13")
+@pytest.mark.staged_via("uds-v1")
 def test_failed_broadcast_poisons_until_reset(tpbcast_run, tpbcast_impl):
     size = 4 * s.MiB
 
@@ -463,6 +465,7 @@ def test_failed_broadcast_poisons_until_reset(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("BCAST-13")
+@pytest.mark.staged_via("uds-v1")
 def test_failed_peer_broadcast_poisons_until_reset(tpbcast_run, tpbcast_impl):
     data = s.payload(tpbcast_run.seed, 1000, "b13")
 
@@ -514,6 +517,7 @@ def _drain(sock):
 
 
 @pytest.mark.clause("BCAST-13")
+@pytest.mark.staged_via("uds-v1")
 def test_root_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
     """Only a broken state can make the next call fail: the link stays healthy.
 
@@ -583,6 +587,7 @@ def test_root_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("BCAST-13")
+@pytest.mark.staged_via("uds-v1")
 def test_peer_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
     """Only a broken state can make the next call fail: the link stays healthy.
 
@@ -648,6 +653,7 @@ def test_peer_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("BCAST-14")
+@pytest.mark.staged_via("uds-v1")
 def test_reset_from_another_thread_during_broadcast(tpbcast_run, tpbcast_impl):
     """A peer blocked in broadcast is reset from another thread; the broadcast must end
     cleanly and must not read from a reused fd number (a pipe opened after reset)."""
@@ -705,6 +711,7 @@ def test_reset_from_another_thread_during_broadcast(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("BCAST-15")
+@pytest.mark.staged_via("uds-v1")
 def test_concurrent_broadcast_refused_with_a_clear_error(tpbcast_run, tpbcast_impl):
     """MAY: a second broadcast while one is in flight on the same instance; if the
     implementation refuses it, the error must say why.  Not refusing is UNSUPPORTED."""

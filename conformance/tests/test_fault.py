@@ -92,6 +92,7 @@ def test_dead_peer_never_kills_rank0_during_broadcast(tpbcast_run, tpbcast_impl,
 
 
 @pytest.mark.clause("FAULT-1", "FAULT-6")
+@pytest.mark.staged_via("uds-v1")
 def test_peer_gone_before_the_probe(tpbcast_run, tpbcast_impl):
     def target(ctx):
         if ctx.rank == 1:
@@ -133,6 +134,7 @@ def test_peer_gone_before_the_probe(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("FAULT-2", "FAULT-3", "FAULT-4", "FAULT-6")
+@pytest.mark.staged_via("uds-v1")
 def test_root_death_mid_broadcast_byte_level(tpbcast_run, tpbcast_impl):
     size = 64 * 1024
     data = s.payload(tpbcast_run.seed, size, "f2")
@@ -369,6 +371,7 @@ def test_probe_read_failure_says_closed(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("FAULT-6")
+@pytest.mark.staged_via("uds-v1")
 def test_failures_raise_and_never_end_the_process(tpbcast_run, tpbcast_impl):
     """Rank 0 provokes failures; rank 1 is the suite's watcher.  Its third call, a peer
     whose rank 0 never listens, is released by a stand-in rank 0 after a bound (an
@@ -406,6 +409,7 @@ def test_failures_raise_and_never_end_the_process(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("FAULT-7")
+@pytest.mark.staged_via("uds-v1")
 def test_peer_dying_during_bootstrap_fails_rank0_promptly(tpbcast_run, tpbcast_impl):
     """Peer 1 announces itself and dies; peer 2 never comes.  Rank 0 must fail at once,
     naming peer 1, not at its 6 s init deadline.  Rank 2 is the suite's watcher: a rank 0
@@ -620,6 +624,7 @@ def test_root_paused_mid_sequence(tpbcast_run, tpbcast_impl, tpbcast_faults):
 
 
 @pytest.mark.clause("FAULT-10")
+@pytest.mark.staged_via("uds-v1")
 def test_one_hierarchy_with_standard_bases(tpbcast_run, tpbcast_impl):
     require(tpbcast_impl, "error_details", "deadlines")
 

@@ -507,6 +507,7 @@ def _judge_valid_peer(case, root, peer1, rogue: PeerSeen, *, timed, seed, checks
 
 
 @pytest.mark.clause(*_PEER_CLAUSES)
+@pytest.mark.staged_via("uds-v1")
 def test_fuzz_rogue_peer_handshake(tpbcast_run, tpbcast_impl):
     """Arbitrary handshake bytes, chunks and endings from a rogue peer against rank 0."""
     seed = tpbcast_run.seed
@@ -732,6 +733,7 @@ def _judge_link(rank, link: LinkCase, peer: ImplSeen, *, want, timed, checks):
 
 
 @pytest.mark.clause(*_ROOT_CLAUSES)
+@pytest.mark.staged_via("uds-v1")
 def test_fuzz_rogue_root_stream(tpbcast_run, tpbcast_impl):
     """Arbitrary probe bytes, payload prefixes, chunks and endings from a rogue root."""
     seed = tpbcast_run.seed

@@ -1,4 +1,10 @@
-"""HYG: nothing left behind (processes, socket files, fds, threads, signal handlers)."""
+"""HYG: nothing left behind (processes, files, segments, fds, threads, signal handlers).
+
+Leftovers are observed from outside, whatever the transport: each rank's TMPDIR points at
+its group's workdir (``_support.private_tmpdir``), so a file an implementation leaves in the
+base path's directory or in TMPDIR shows up in the harness's leftover check of the workdir,
+and /dev/shm is compared before and after the group (``_support.new_dev_shm_entries``).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from . import _watch
 
 def _lifecycle(ctx, impl):
     """init, broadcast, reset: the whole life of an instance."""
+    s.private_tmpdir(ctx)
     bcast = s.make(impl, init=10.0, connect=10.0)
     bcast.initialize(ctx.rank, ctx.world_size, ctx.base_path)
     s.group_roundtrip(ctx, bcast, [1000, 0, 5])
@@ -33,7 +40,7 @@ def _ranks_returned(result):
         result.raise_for_failure()
 
 
-def _judge_nothing_left(result, when):
+def _judge_nothing_left(result, when, shm_before):
     """HYG-1, HYG-2 and HYG-3 on what the harness observed after the group."""
     s.check(
         "HYG-1",
@@ -44,8 +51,16 @@ def _judge_nothing_left(result, when):
     s.check(
         "HYG-2",
         not result.leftover_files,
-        f"no file created by the implementation is left in the socket dir ({when})",
+        f"no file created by the implementation is left in the base path's directory or "
+        f"TMPDIR ({when})",
         f"leftover files {result.leftover_files}",
+    )
+    orphans = s.new_dev_shm_entries(shm_before)
+    s.check(
+        "HYG-2",
+        not orphans,
+        f"no shared-memory segment is left in /dev/shm ({when})",
+        f"left {orphans}, held by no live process",
     )
     for outcome in result.outcomes:
         s.check(
@@ -60,6 +75,7 @@ def _judge_nothing_left(result, when):
 @pytest.mark.clause("HYG-1", "HYG-2", "HYG-3")
 @pytest.mark.world_size(2, 4)
 def test_normal_life_leaves_nothing(tpbcast_run, tpbcast_impl, world_size):
+    shm_before = s.dev_shm_names()
     result = tpbcast_run(
         lambda ctx: _lifecycle(ctx, tpbcast_impl),
         check_fds=True,
@@ -67,15 +83,17 @@ def test_normal_life_leaves_nothing(tpbcast_run, tpbcast_impl, world_size):
         expect_failure=True,
     )
     _ranks_returned(result)
-    _judge_nothing_left(result, "initialize, broadcasts, reset")
+    _judge_nothing_left(result, "initialize, broadcasts, reset", shm_before)
 
 
 @pytest.mark.clause("HYG-1", "HYG-2", "HYG-3")
 def test_failed_initialize_and_broadcast_leave_nothing(tpbcast_run, tpbcast_impl):
     def target(ctx):
+        s.private_tmpdir(ctx)
         failed, broken, _ = s.fail_init_then_broadcast(ctx, tpbcast_impl, bad_rank=0, after=0)
         return (failed is not None, broken is not None) if ctx.rank == 0 else None
 
+    shm_before = s.dev_shm_names()
     result = tpbcast_run(target, 2, check_fds=True, timeout=s.GROUP_TIMEOUT, expect_failure=True)
     _ranks_returned(result)
     # (HYG-2 and HYG-3 are then "not judged" too.)
@@ -84,10 +102,13 @@ def test_failed_initialize_and_broadcast_leave_nothing(tpbcast_run, tpbcast_impl
         result.outcomes[0].value == (True, True),
         "the faults did not happen (initialize and broadcast did not both fail)",
     )
-    _judge_nothing_left(result, "a failed initialize and a failed broadcast, each reset")
+    _judge_nothing_left(
+        result, "a failed initialize and a failed broadcast, each reset", shm_before
+    )
 
 
 @pytest.mark.clause("HYG-1")
+@pytest.mark.staged_via("uds-v1")
 def test_killed_rank_leaves_no_process(tpbcast_run, tpbcast_impl, tpbcast_faults):
     from tpbcast.harness import Kill
 
@@ -133,6 +154,7 @@ _BROADCAST_DONE = "broadcast done"
 
 
 @pytest.mark.clause("HYG-4")
+@pytest.mark.staged_via("uds-v1")
 def test_normal_exit_without_reset_leaves_no_socket(tpbcast_run, tpbcast_impl):
     def target(ctx):
         path = wire.socket_path(ctx.base_path)
@@ -168,6 +190,73 @@ def test_normal_exit_without_reset_leaves_no_socket(tpbcast_run, tpbcast_impl):
         "a rank 0 that exits normally without reset leaves no socket file",
         f"a {left} still at its socket path after the exit (exit status {code})",
         rank=0,
+    )
+
+
+_EXIT_WITHOUT_RESET_ANY = """
+import os, sys, tempfile
+os.environ["TMPDIR"] = sys.argv[3]
+tempfile.tempdir = None
+from tpbcast.harness import load_implementation
+impl = load_implementation(sys.argv[1])
+bcast = impl.create()
+bcast.initialize(int(sys.argv[4]), 2, sys.argv[2])
+buf = bytearray(b"x" * 100 if sys.argv[4] == "0" else 100)
+bcast.broadcast(buf)
+print("broadcast done", flush=True)
+# no reset(): the interpreter exits normally
+"""
+
+
+@pytest.mark.clause("HYG-4")
+def test_normal_exit_without_reset_leaves_nothing_named(tmp_path, tpbcast_impl):
+    """Any transport: two interpreters (rank 0 and rank 1) bootstrap, broadcast and exit
+    normally without reset; nothing named stays in the base path's directory, in their
+    TMPDIR or in /dev/shm."""
+    base_dir, tmpdir = tmp_path / "base", tmp_path / "tmp"
+    base_dir.mkdir(mode=0o700)
+    tmpdir.mkdir()
+    shm_before = s.dev_shm_names()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _EXIT_WITHOUT_RESET_ANY,
+                tpbcast_impl.spec,
+                str(base_dir / "g"),
+                str(tmpdir),
+                str(rank),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=s.GROUP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+                other.wait()
+            raise s.PreconditionError("HYG-4", "the two interpreters did not finish") from None
+        outputs.append((proc.returncode, out.decode(errors="replace"), err.decode()[-2000:]))
+    s.precondition(
+        "HYG-4",
+        all(_BROADCAST_DONE in out for _, out, _ in outputs),
+        f"the interpreters did not get to their broadcast: {outputs}",
+    )
+    left = sorted(
+        [*(f"base/{n}" for n in os.listdir(base_dir)), *(f"TMPDIR/{n}" for n in os.listdir(tmpdir))]
+    )
+    orphans = s.new_dev_shm_entries(shm_before)
+    s.check(
+        "HYG-4",
+        not left and not orphans,
+        "ranks that exit normally without reset leave no file, socket or segment behind",
+        f"left {left + orphans} (exit statuses {[code for code, _, _ in outputs]})",
     )
 
 

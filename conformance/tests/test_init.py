@@ -68,6 +68,7 @@ def _read_then_close(listener, timeout=1.0):
     [(0, 0, "b"), (0, -1, "b"), (-1, 2, "b"), (2, 2, "b"), (5, 2, "b"), (0, 2, "")],
     ids=["world0", "world-1", "rank-1", "rank=world", "rank>world", "empty-path"],
 )
+@pytest.mark.staged_via("uds-v1")
 def test_bad_arguments_rejected_before_any_socket(tpbcast_run, tpbcast_impl, rank, world, path):
     """A bad rank meets a listening rank 0 at the group's path (if it went on like a peer
     it would connect, and the listener sees it at once); a bad world size or an empty path
@@ -330,6 +331,7 @@ def test_different_reinit_raises_and_keeps_the_group(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("INIT-6")
+@pytest.mark.staged_via("uds-v1")
 def test_peer_started_first_retries_until_rank0_listens(tpbcast_run, tpbcast_impl):
     def target(ctx):
         bcast = s.make(tpbcast_impl, connect=15.0, init=15.0)
@@ -602,6 +604,7 @@ def test_peer_accepts_only_probe_0x5a(tpbcast_run, tpbcast_impl, probe):
 
 
 @pytest.mark.clause("INIT-11", "INIT-12")
+@pytest.mark.staged_via("uds-v1")
 def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_impl):
     """Rank 0 fails on a bad peer, is clean, and the retry (no reset) forms the group."""
 
@@ -669,6 +672,7 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
 
 
 @pytest.mark.clause("INIT-11")
+@pytest.mark.staged_via("uds-v1")
 def test_failed_initialize_cleans_up_and_retry_works_peer(tpbcast_run, tpbcast_impl):
     def target(ctx):
         if ctx.rank == 0:

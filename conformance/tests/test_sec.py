@@ -60,6 +60,7 @@ def _initialize_watched(bcast, base, changed):
 
 
 @pytest.mark.clause("SEC-1")
+@pytest.mark.staged_via("uds-v1")
 def test_missing_socket_dir_created_0700(tpbcast_run, tpbcast_impl):
     require(tpbcast_impl, "secure_dir")
 

@@ -120,6 +120,7 @@ def _released(flag):
 
 
 @pytest.mark.clause("TIME-1")
+@pytest.mark.staged_via("uds-v1")
 def test_peer_that_never_arrives(tpbcast_run, tpbcast_impl):
     require(tpbcast_impl, "deadlines")
     release_after = s.SHORT + s.MARGIN + 0.5
@@ -278,6 +279,7 @@ def test_probe_that_never_comes(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("TIME-5")
+@pytest.mark.staged_via("uds-v1")
 def test_peer_that_stops_reading(tpbcast_run, tpbcast_impl):
     """Two groups side by side: a root with io _LOW / _HIGH writes 8 MiB to a rogue peer
     that stops reading after 1000 bytes.  The rogue's observation window (deadline +
@@ -559,6 +561,7 @@ def test_io_deadline_bounds_the_whole_call(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("TIME-9")
+@pytest.mark.staged_via("uds-v1")
 def test_signals_neither_break_nor_extend_waits(tpbcast_run, tpbcast_impl):
     data = s.payload(tpbcast_run.seed, 3000, "t9")
 
@@ -616,6 +619,7 @@ def test_signals_neither_break_nor_extend_waits(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("TIME-9")
+@pytest.mark.staged_via("uds-v1")
 def test_signals_do_not_extend_the_deadline(tpbcast_run, tpbcast_impl):
     require(tpbcast_impl, "deadlines")
     release_after = s.SHORT + s.MARGIN + 0.5

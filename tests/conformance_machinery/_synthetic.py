@@ -82,7 +82,8 @@ def synthetic_checks() -> list[CheckResult]:
             0.0,
             message="needs capability 'generation', which reference-lite does not declare",
         ),
-        # SEC-6: PASS + UNSUPPORTED -> PASS
+        # SEC-6: PASS + UNSUPPORTED -> UNSUPPORTED (an incidental PASS never outweighs a
+        # check that could not run)
         CheckResult("conformance/test_sec.py::test_peercred_same_uid", ("SEC-6",), "PASS", 0.2),
         CheckResult(
             "conformance/test_sec.py::test_peercred_foreign",
@@ -92,6 +93,21 @@ def synthetic_checks() -> list[CheckResult]:
         ),
         # a NOT_TESTED check is ignored
         CheckResult("conformance/test_sec.py::test_skipped", ("SEC-7",), Verdict.NOT_TESTED),
+        # BCAST-13: PASS + NOT_APPLICABLE (staged through another transport) -> PASS
+        CheckResult("conformance/test_bcast.py::test_poisoned", ("BCAST-13",), "PASS", 0.3),
+        CheckResult(
+            "conformance/test_bcast.py::test_poisoned_by_rogue",
+            ("BCAST-13",),
+            Verdict.NOT_APPLICABLE,
+            message="not staged: the test stages its fault through uds-v1",
+        ),
+        # BCAST-14: only NOT_APPLICABLE checks -> UNSUPPORTED (applies, never staged)
+        CheckResult(
+            "conformance/test_bcast.py::test_reset_race_rogue",
+            ("BCAST-14",),
+            Verdict.NOT_APPLICABLE,
+            message="not staged: the test stages its fault through uds-v1",
+        ),
     ]
 
 

@@ -33,12 +33,13 @@ from tpbcast.conformance._results import aggregate_verdict
 
 from ._synthetic import all_pass_suite, synthetic_checks, synthetic_suite
 
-P, F, U, E, N = (
+P, F, U, E, N, A = (
     Verdict.PASS,
     Verdict.FAIL,
     Verdict.UNSUPPORTED,
     Verdict.ERROR,
     Verdict.NOT_TESTED,
+    Verdict.NOT_APPLICABLE,
 )
 ROW_RE = re.compile(r'<tr id="row-([a-z]+-\d+)"')
 
@@ -68,7 +69,10 @@ def suite(spec: Spec) -> SuiteResult:
         ([P, E], E),
         ([U, E], E),
         ([U, U], U),
-        ([U, P], P),  # some checks ran and passed
+        ([U, P], U),  # PASS means every check ran and passed (SPEC.md, "Verdicts")
+        ([A, P], P),  # a check staged through another transport counts as absent
+        ([A, A], U),  # ... but a clause no check could stage is not PASS
+        ([A, F], F),
         ([U, N], U),  # NOT_TESTED checks count as absent
         ([P, N], P),
     ],
@@ -85,7 +89,11 @@ def test_aggregate_per_clause(suite: SuiteResult) -> None:
     assert verdicts["FAULT-2"] is F
     assert verdicts["FAULT-3"] is F  # a check citing two clauses counts for both
     assert verdicts["RESET-9"] is U
-    assert verdicts["SEC-6"] is P  # PASS + UNSUPPORTED
+    assert verdicts["SEC-6"] is U  # PASS + UNSUPPORTED
+    assert verdicts["BCAST-13"] is P  # PASS + NOT_APPLICABLE
+    assert verdicts["BCAST-14"] is U  # NOT_APPLICABLE only: not staged on this transport
+    assert "not staged on this transport" in suite.clause("BCAST-14").message
+    assert suite.clause("SEC-6").check_summary == "PASS 1, UNSUPPORTED 1 of 2 check(s)"
     assert verdicts["SEC-7"] is N  # only a NOT_TESTED check
     assert verdicts["WIRE-5"] is N  # no check at all
     assert len(suite.clauses) == len(default_spec())
@@ -169,8 +177,10 @@ CLAUSE_KEYS = {
     "id",
     "area",
     "level",
+    "scope",  # the transport profile: core, uds-v1, shm or dispatch
     "title",
     "verdict",
+    "check_summary",  # which checks ran and what each gave
     "expected",  # None unless an expectations file announced the clause's verdict
     "duration",
     "failing_rank",
@@ -198,7 +208,8 @@ def test_json_schema_keys(suite: SuiteResult) -> None:
     doc = json.loads(json.dumps(json_document(suite)))  # must be plain JSON
     assert set(doc) == TOP_KEYS
     assert doc["schema"] == "tpbcast-conformance-report/2"
-    assert set(doc["implementation"]) == {"name", "version", "spec", "capabilities"}
+    assert set(doc["implementation"]) == {"name", "version", "spec", "capabilities", "transport"}
+    assert doc["implementation"]["transport"] == "uds-v1"
     assert doc["exit_status"] == 1
     assert doc["summary"]["must_failures"] == ["WIRE-4", "TIME-5", "FAULT-2", "FAULT-3"]
     assert set(doc["summary"]["verdicts"]) == {v.value for v in Verdict}
@@ -320,7 +331,7 @@ def test_custom_columns_grow_the_matrix(suite: SuiteResult) -> None:
 
 def test_markdown_tables(suite: SuiteResult) -> None:
     text = render_report_markdown(suite)
-    header = "| Clause | Level | Verdict | Duration | Failing rank | Message |"
+    header = "| Clause | Level | Scope | Verdict | Duration | Failing rank | Message |"
     assert header in text
     assert "## Failures (MUST first)" in text
     assert "## WIRE: Wire protocol v1" in text

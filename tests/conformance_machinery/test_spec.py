@@ -6,6 +6,7 @@ import dataclasses
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,12 @@ import pytest
 from tpbcast.conformance.spec import (
     AREAS,
     CAPABILITIES,
+    DEFAULT_TRANSPORT,
     LEVELS,
+    SCOPES,
     SPEC_MD_PATH,
+    SPEC_TOML_PATH,
+    TRANSPORTS,
     Spec,
     SpecError,
     default_spec,
@@ -84,7 +89,7 @@ def test_reference_decisions_are_encoded(spec: Spec) -> None:
     assert "deadlines" in spec["TIME-2"].capabilities
     assert spec["TIME-5"].level == "MUST"
     # The MSG_NOSIGNAL / SIG_DFL clause and the "never Success" clause.
-    assert "SIG_DFL" in spec["FAULT-1"].title
+    assert "SIGPIPE at its default action" in spec["FAULT-1"].requirement
     assert "Success" in spec["FAULT-3"].requirement
     # Abstract namespace is optional.
     assert spec["SEC-10"].level == "MAY"
@@ -97,16 +102,38 @@ def test_clauses_are_frozen(spec: Spec) -> None:
         spec["WIRE-1"].level = "MAY"  # type: ignore[misc]
 
 
-def test_needs_test_is_must_or_should_in_suite_scope(spec: Spec) -> None:
+def test_needs_test_is_must_or_should(spec: Spec) -> None:
     needing = spec.requiring_tests()
     assert needing
-    assert all(c.level in ("MUST", "SHOULD") and c.scope == "suite" for c in needing)
-    reference_only = [c for c in spec if c.scope == "reference"]
-    assert not set(reference_only) & set(needing)
-    # the base-path helper clauses left scope "reference" for the capability base_path
+    assert {c.id for c in needing} == {c.id for c in spec if c.level in ("MUST", "SHOULD")}
     base_path = [spec[f"SEC-{n}"] for n in range(13, 18)]
-    assert all(c.scope == "suite" and c.capabilities == ("base_path",) for c in base_path)
+    assert all(c.scope == "core" and c.capabilities == ("base_path",) for c in base_path)
     assert set(base_path) <= set(needing)
+
+
+def test_every_clause_of_the_registry_declares_its_scope_explicitly() -> None:
+    """The loader defaults a missing scope to core (small test registries); ours must say it,
+    so a wire clause can never silently become a core one."""
+    raw = tomllib.loads(SPEC_TOML_PATH.read_text())
+    missing = [c["id"] for c in raw["clause"] if "scope" not in c]
+    assert not missing, f"clauses without an explicit scope: {missing}"
+    assert {c["scope"] for c in raw["clause"]} <= set(SCOPES)
+
+
+def test_transport_clauses_apply_only_to_their_transport(spec: Spec) -> None:
+    wire, core, dispatch = spec["WIRE-1"], spec["BCAST-1"], spec["FALLBACK-1"]
+    assert (wire.scope, core.scope, dispatch.scope) == ("uds-v1", "core", "dispatch")
+    assert wire.applies_to("uds-v1") and not wire.applies_to("shm")
+    assert core.applies_to("uds-v1") and core.applies_to("shm")
+    assert dispatch.applies_to("shm")
+
+
+def test_spec_and_harness_know_the_same_transports() -> None:
+    from tpbcast.harness import adapter
+
+    assert adapter.TRANSPORTS == TRANSPORTS
+    assert adapter.DEFAULT_TRANSPORT == DEFAULT_TRANSPORT
+    assert set(SCOPES) == {"core", "dispatch", *TRANSPORTS}
 
 
 # ------------------------------------------------------------------------- selection

@@ -51,10 +51,10 @@ TIERS = {  # each tier's __all__
     ),
     "tpbcast.harness.adapter": _names(
         """
-        DEFAULT_IMPLEMENTATION REQUIRED_MEMBERS AdapterError Broadcaster Capability
-        CapabilityMissing ExecBroadcastError ExecDriverError Implementation
-        ImplementationLoadError UnknownCapabilityError load_implementation
-        parse_capabilities
+        DEFAULT_IMPLEMENTATION DEFAULT_TRANSPORT REQUIRED_MEMBERS TRANSPORTS AdapterError
+        Broadcaster Capability CapabilityMissing ExecBroadcastError ExecDriverError
+        Implementation ImplementationLoadError UnknownCapabilityError load_implementation
+        parse_capabilities parse_transport
         """
     ),
     "tpbcast.harness.runtime": _names(
