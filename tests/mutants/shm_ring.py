@@ -37,6 +37,8 @@ header's ``shutdown`` word (writer) or the reader's ``detached`` state, so the o
 stops waiting for it, and a local flag ends a broadcast blocked in another thread.
 A reader drains every chunk published before the writer's teardown before it looks at
 the shutdown word: a payload broadcast before ``reset`` or exit is delivered.
+A broadcast that fails on rank 0 sets the shutdown word too (the group is aborted), so
+no reader waits for a payload that will never come.
 
 Waits poll with short sleeps (50 us growing to 2 ms), so a waiting rank uses little CPU.
 """
@@ -348,8 +350,10 @@ class ShmRingBroadcaster:
         # Wait until every reader has attached (the bootstrap barrier).
         backoff = _Backoff()
         while True:
+            # A reader that attached and already reset (DETACHED) did join: the bootstrap is
+            # complete, and the next broadcast reports it gone.
             missing = [
-                r for r in range(1, world_size) if seg.get(seg.reader(r, _R_STATE)) != ATTACHED
+                r for r in range(1, world_size) if seg.get(seg.reader(r, _R_STATE)) == EMPTY
             ]
             if not missing:
                 break
@@ -469,6 +473,8 @@ class ShmRingBroadcaster:
                     self._read(seg, view)
             except ShmError as exc:
                 self._broken = str(exc)
+                if self._rank == 0:
+                    seg.put(_H_SHUTDOWN, 1)  # abort: the other readers stop waiting (FAULT-8)
                 raise
 
     def _write(self, seg: _Segment, view: memoryview) -> None:
