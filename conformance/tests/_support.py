@@ -590,3 +590,41 @@ def new_dev_shm_entries(before: dict[str, int]) -> list[str]:
     if not fresh:
         return []
     return sorted(fresh - _held_by_a_live_process(fresh))
+
+
+# --------------------------------------------------------------------------- deaths
+
+
+def gone(pid: int) -> bool:
+    """The process is dead (a zombie or reaped): read from /proc, never from the victim."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return state in (b"Z", b"X")
+
+
+def pid_file(ctx: Any, rank: int) -> str:
+    """Where rank ``rank`` of ``ctx``'s group writes its pid (:func:`write_pid`)."""
+    return os.path.join(ctx.workdir, f"pid{rank}")
+
+
+def write_pid(ctx: Any) -> None:
+    """Publish this rank's pid atomically, so another rank can watch it die (/proc)."""
+    tmp = pid_file(ctx, ctx.rank) + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(str(os.getpid()))
+    os.replace(tmp, pid_file(ctx, ctx.rank))
+
+
+def wait_dead(ctx: Any, rank: int, cid: str) -> float:
+    """Wait until rank ``rank`` is gone; return the monotonic time it was seen gone."""
+    path = pid_file(ctx, rank)
+    if not wait_for(lambda: os.path.exists(path), PATIENCE):
+        raise PreconditionError(cid, f"rank {rank} never wrote its pid")
+    with open(path) as fh:
+        pid = int(fh.read())
+    if not wait_for(lambda: gone(pid), PATIENCE):
+        raise PreconditionError(cid, f"rank {rank} (pid {pid}) is still alive")
+    return time.monotonic()

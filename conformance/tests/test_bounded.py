@@ -51,39 +51,6 @@ def _die(ctx, how: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _gone(pid: int) -> bool:
-    """The process is dead (a zombie or reaped): read from /proc, never from the victim."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return True
-    return state in (b"Z", b"X")
-
-
-def _pid_file(ctx, rank: int) -> str:
-    return os.path.join(ctx.workdir, f"pid{rank}")
-
-
-def _write_pid(ctx) -> None:
-    tmp = _pid_file(ctx, ctx.rank) + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(str(os.getpid()))
-    os.replace(tmp, _pid_file(ctx, ctx.rank))
-
-
-def _wait_dead(ctx, rank: int, cid: str) -> float:
-    """Wait until rank ``rank`` is gone; return the monotonic time it was seen gone."""
-    path = _pid_file(ctx, rank)
-    if not s.wait_for(lambda: os.path.exists(path), s.PATIENCE):
-        raise s.PreconditionError(cid, f"rank {rank} never wrote its pid")
-    with open(path) as fh:
-        pid = int(fh.read())
-    if not s.wait_for(lambda: _gone(pid), s.PATIENCE):
-        raise s.PreconditionError(cid, f"rank {rank} (pid {pid}) is still alive")
-    return time.monotonic()
-
-
 def _progress(ctx, text: str) -> None:
     with open(os.path.join(ctx.workdir, f"progress{ctx.rank}"), "w") as fh:
         fh.write(text)
@@ -129,9 +96,9 @@ def test_dead_peer_ends_the_roots_broadcasts_within_the_bound(tpbcast_run, tpbca
         bcast = s.make(tpbcast_impl)  # default deadlines: the bound holds for everyone
         bcast.initialize(ctx.rank, 2, ctx.base_path)
         if ctx.rank == 1:
-            _write_pid(ctx)
+            s.write_pid(ctx)
             _die(ctx, how)
-        died = _wait_dead(ctx, 1, "FAULT-1")
+        died = s.wait_dead(ctx, 1, "FAULT-1")
         rounds = dead_peer_rounds(bcast)
         buf = bytearray(PAYLOAD)
         for i in range(rounds):
@@ -188,7 +155,7 @@ def test_dead_root_ends_every_peers_broadcast_within_the_bound(tpbcast_run, tpbc
         buf = bytearray(s.payload(7, PAYLOAD) if ctx.rank == 0 else PAYLOAD)
         bcast.broadcast(buf)  # one good round: the group works before the fault
         if ctx.rank == 0:
-            _write_pid(ctx)
+            s.write_pid(ctx)
             ctx.wait("pending1", timeout=s.PATIENCE)
             ctx.wait("pending2", timeout=s.PATIENCE)
             _die(ctx, how)

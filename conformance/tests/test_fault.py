@@ -10,6 +10,7 @@ reported as an unattributed group failure.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import struct
 
@@ -182,13 +183,25 @@ def test_root_death_mid_broadcast_byte_level(tpbcast_run, tpbcast_impl):
         ):
             continue
         _check_clean(raised, who, rank=rank)
+        done = size // 2 if outcome.rank == 1 else 0
         s.check(
             "FAULT-2",
-            s.mentions(raised, size),
-            f"{who}: the error names bytes done/total",
+            s.mentions(raised, size) and (done == 0 or s.mentions(raised, done)),
+            f"{who}: the error names bytes done/total ({done}/{size})",
             raised,
             rank=rank,
         )
+        if outcome.rank == 1:  # FAULT-4's message half needs no capability
+            text = raised.message
+            s.check(
+                "FAULT-4",
+                s.mentions(raised, done)
+                and "broadcast" in text.lower()
+                and re.search(r"\d(\.\d+)? ?s\b", text) is not None,
+                f"{who}: the message states the phase, bytes done/total and the elapsed time",
+                raised,
+                rank=rank,
+            )
         if tpbcast_impl.supports("error_details"):
             done = size // 2 if outcome.rank == 1 else 0
             want = {"rank": outcome.rank, "peer": 0, "bytes_done": done, "bytes_total": size}

@@ -1,0 +1,344 @@
+"""Core clauses staged for every transport: the adapter contract, process faults, /proc.
+
+Issue 22, Deliver 2.  The tests of the area files stage many core clauses through uds-v1
+rogues (``staged_via``), which an implementation of another transport cannot meet.  These
+stage the same clauses with what every CPU TP broadcaster has: bad arguments, a peer that
+never calls initialize, a rank killed by the harness, signal storms; and they observe from
+outside (fd tables, the workdir, /dev/shm, /proc).  On uds-v1 they judge the same clauses
+a second time, so a wire-only defect and a transport-neutral one are both caught.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tpbcast.conformance.plugin import require
+from tpbcast.harness import FaultPlan, SignalStorm, Status
+
+from . import _support as s
+from . import _watch
+
+BAD_ARGUMENTS = [(0, 0), (-1, 2), (2, 2), (0, -1)]
+"""(rank, world_size) pairs initialize must refuse (INIT-1), with a valid base path."""
+
+
+@pytest.mark.clause("INIT-1", "INIT-11", "INIT-12")
+def test_bad_arguments_fail_cleanly_and_a_retry_works(tpbcast_run, tpbcast_impl):
+    """Every rank first calls initialize with bad arguments, then with good ones."""
+
+    def target(ctx):
+        s.private_tmpdir(ctx)
+        bcast = s.make(tpbcast_impl)
+        before_fds, listing = s.fd_table(bcast), s.entries(ctx.workdir)
+        shm_before = s.dev_shm_names()
+        seen = [("before initialize", bcast.is_initialized())]
+        refused = []
+        for rank, world in BAD_ARGUMENTS:
+            call = _watch.Call(bcast.initialize, rank, world, ctx.base_path)
+            ended = call.wait(s.SHORT + s.MARGIN)
+            raised = call.ended().raised if ended else None
+            refused.append(
+                (
+                    f"initialize({rank}, {world}, base_path)",
+                    "still blocked" if not ended else raised,
+                    sorted(s.new_fds(before_fds, bcast)),
+                    sorted(set(s.entries(ctx.workdir)) - set(listing)),
+                    s.new_dev_shm_entries(shm_before),
+                    bcast.is_initialized(),
+                )
+            )
+            if not ended:
+                return refused, seen, None  # never touch a busy instance again
+        ctx.sync("refused")  # nobody's good initialize may show in another's observation
+        bcast.initialize(ctx.rank, 2, ctx.base_path)
+        seen.append(("after a good initialize", bcast.is_initialized()))
+        digests = s.group_roundtrip(ctx, bcast, [1000])
+        ctx.sync("done")
+        bcast.reset()
+        seen.append(("after reset", bcast.is_initialized()))
+        return refused, seen, digests
+
+    result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
+    for outcome in result.outcomes:
+        refused, seen, digests = outcome.value
+        for call, raised, fds, files, segments, initialized in refused:
+            if not s.check(
+                "INIT-1", isinstance(raised, s.Raised), f"{call} raises", raised, rank=outcome.rank
+            ):
+                continue
+            if tpbcast_impl.supports("error_details"):
+                s.check(
+                    "INIT-1",
+                    raised.is_a("ValueError"),
+                    f"{call} raises a configuration error (a ValueError)",
+                    raised,
+                    rank=outcome.rank,
+                )
+            s.check(
+                "INIT-1",
+                not fds and not files and not segments,
+                f"{call} is refused before any socket, segment or file is created",
+                f"new fds {fds}, files {files}, segments {segments}",
+                rank=outcome.rank,
+            )
+            s.check(
+                "INIT-11",
+                not initialized and not fds and not files and not segments,
+                f"after the failed {call} the instance is uninitialized and holds nothing",
+                f"initialized={initialized}, fds {fds}, files {files}, segments {segments}",
+                rank=outcome.rank,
+            )
+            s.check(
+                "INIT-12",
+                not initialized,
+                f"is_initialized() is false after the failed {call}",
+                initialized,
+                rank=outcome.rank,
+            )
+        s.check(
+            "INIT-11",
+            digests == s.expected_digests(result.seed, [1000]),
+            "a later initialize works without reset and the group broadcasts",
+            digests,
+            rank=outcome.rank,
+        )
+        s.check(
+            "INIT-12",
+            seen
+            == [
+                ("before initialize", False),
+                ("after a good initialize", True),
+                ("after reset", False),
+            ],
+            "is_initialized() is false before, true after initialize, false after reset",
+            seen,
+            rank=outcome.rank,
+        )
+
+
+@pytest.mark.clause("BCAST-6")
+def test_zero_byte_broadcast_keeps_the_group_in_sync(tpbcast_run, tpbcast_impl):
+    def target(ctx):
+        bcast = s.make(tpbcast_impl)
+        bcast.initialize(ctx.rank, ctx.world_size, ctx.base_path)
+        empty = bytearray()
+        bcast.broadcast(empty)
+        untouched = bytearray(b"\x5a" * 16)
+        bcast.broadcast(memoryview(untouched)[:0])
+        digests = s.group_roundtrip(ctx, bcast, [4096, 0, 7])
+        ctx.sync("done")
+        bcast.reset()
+        return bytes(empty), bytes(untouched), digests
+
+    result = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT)
+    want = s.expected_digests(result.seed, [4096, 0, 7])
+    for outcome in result.outcomes:
+        empty, untouched, digests = outcome.value
+        s.check(
+            "BCAST-6",
+            empty == b"" and untouched == b"\x5a" * 16,
+            "a 0-byte broadcast leaves every buffer unchanged",
+            (empty, untouched),
+            rank=outcome.rank,
+        )
+        s.check(
+            "BCAST-6",
+            digests == want,
+            "the broadcasts after a 0-byte one arrive intact",
+            digests,
+            rank=outcome.rank,
+        )
+
+
+@pytest.mark.clause("TIME-1")
+def test_peer_that_never_calls_initialize(tpbcast_run, tpbcast_impl):
+    """World 3: rank 2 bootstraps, rank 1 never calls initialize; rank 0 must fail within
+    its init deadline naming rank 1 (the missing rank, not an accept slot)."""
+    require(tpbcast_impl, "deadlines")
+
+    def target(ctx):
+        if ctx.rank == 1:
+            ctx.wait("root_done", timeout=s.GROUP_TIMEOUT)
+            return None
+        # Rank 2 outwaits rank 0, so rank 0's error can only be about the missing rank 1.
+        patience = s.SHORT if ctx.rank == 0 else s.SHORT + 2 * s.MARGIN
+        bcast = s.make(tpbcast_impl, connect=patience, init=patience)
+        raised, took = s.timed(bcast.initialize, ctx.rank, 3, ctx.base_path)
+        initialized = bcast.is_initialized()
+        if ctx.rank == 0:
+            ctx.notify("root_done")
+        bcast.reset()
+        return raised, took, initialized
+
+    result = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT)
+    raised, took, initialized = result.outcomes[0].value
+    if s.check("TIME-1", raised is not None, "rank 0's initialize fails", "it returned", rank=0):
+        s.check(
+            "TIME-1",
+            took <= s.SHORT + s.MARGIN,
+            f"within the init deadline ({s.SHORT:g} s) plus a margin",
+            raised,
+            rank=0,
+        )
+        s.check("TIME-1", s.mentions(raised, 1), "the error names rank 1", raised, rank=0)
+        s.check("TIME-1", not initialized, "rank 0 is not initialized after it", initialized)
+
+
+@pytest.mark.clause("FAULT-7")
+def test_peer_killed_during_bootstrap_fails_rank0_promptly(tpbcast_run, tpbcast_impl):
+    """Rank 1 starts initialize, then is SIGKILLed while rank 0 still waits for rank 2
+    (which never calls it): rank 0 must fail promptly, naming rank 1, long before its init
+    deadline."""
+    patience = 60.0
+
+    def target(ctx):
+        bcast = s.make(tpbcast_impl, connect=patience, init=patience)
+        if ctx.rank == 2:
+            ctx.wait("root_done", timeout=s.GROUP_TIMEOUT)
+            return None
+        if ctx.rank == 1:
+            call = _watch.Call(bcast.initialize, 1, 3, ctx.base_path)
+            call.wait(s.SHORT)  # let it reach rank 0 (it cannot finish without rank 2)
+            ctx.record("fault", action="SIGKILL of rank 1 inside its initialize")
+            os.kill(os.getpid(), signal.SIGKILL)
+        raised, took = s.timed(bcast.initialize, 0, 3, ctx.base_path)
+        ctx.notify("root_done")
+        bcast.reset()
+        return raised, took
+
+    result = tpbcast_run(
+        target, 3, fail_fast=False, expect_failure=True, timeout=s.GROUP_TIMEOUT + 10
+    )
+    root, victim, _ = result.outcomes
+    s.precondition(
+        "FAULT-7", victim.signal_name == "SIGKILL", f"the fault did not happen: {victim.summary()}"
+    )
+    if root.status is Status.TIMED_OUT:
+        s.check("FAULT-7", False, "rank 0's initialize fails promptly", "it was still waiting")
+        return
+    raised, took = root.value
+    if s.check("FAULT-7", raised is not None, "rank 0's initialize fails", "it returned", rank=0):
+        s.check(
+            "FAULT-7",
+            took < patience / 4,
+            f"promptly, long before its {patience:g} s init deadline",
+            raised,
+            rank=0,
+        )
+        s.check("FAULT-7", s.mentions(raised, 1), "the error names rank 1", raised, rank=0)
+
+
+@pytest.mark.clause("TIME-9")
+def test_signal_storms_neither_fail_nor_corrupt(tpbcast_run, tpbcast_impl):
+    sizes = [s.MiB, 4096, 8 * s.MiB]
+    faults = FaultPlan()
+    for rank in range(3):
+        faults.at(rank, "before_init", SignalStorm(count=300, interval=0.0005))
+        faults.at(rank, "before_broadcast", SignalStorm(count=300, interval=0.0005))
+
+    def target(ctx):
+        bcast = s.make(tpbcast_impl)
+        ctx.point("before_init")
+        bcast.initialize(ctx.rank, ctx.world_size, ctx.base_path)
+        ctx.point("before_broadcast")
+        digests = s.group_roundtrip(ctx, bcast, sizes)
+        ctx.sync("done")
+        bcast.reset()
+        return digests
+
+    result = tpbcast_run(target, 3, faults=faults, timeout=s.GROUP_TIMEOUT)
+    s.precondition(
+        "TIME-9",
+        all(outcome.faults for outcome in result.outcomes),
+        "the signal storms did not fire",
+    )
+    want = s.expected_digests(result.seed, sizes)
+    for outcome in result.outcomes:
+        s.check(
+            "TIME-9",
+            outcome.value == want,
+            "signals during initialize and broadcast neither fail nor corrupt them",
+            outcome.value,
+            rank=outcome.rank,
+        )
+
+
+@pytest.mark.clause("BCAST-13")
+def test_failed_broadcast_poisons_the_live_links_too(tpbcast_run, tpbcast_impl):
+    """World 3, rank 2 SIGKILLed after initialize.  Rank 0 broadcasts until one fails (on
+    the dead rank 2); its next broadcast, a marker, must raise without sending anything,
+    also to rank 1, whose link is alive.  Rank 1 reads every broadcast it can get, in a
+    thread it stops waiting for after ``OBSERVE``: it must never see the marker."""
+    size = 1000
+    marker = b"\x77" * size
+
+    def drain(bcast):
+        received = 0
+        while True:
+            buf = bytearray(size)
+            bcast.broadcast(buf)  # raises once the root is gone or poisoned
+            received += 1
+            if buf == marker:
+                return received, True
+
+    def target(ctx):
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # surviving SIGPIPE is FAULT-1's subject
+        bcast = s.make(tpbcast_impl)
+        bcast.initialize(ctx.rank, 3, ctx.base_path)
+        if ctx.rank == 2:
+            s.write_pid(ctx)
+            ctx.record("fault", action="SIGKILL of rank 2 after initialize")
+            os.kill(os.getpid(), signal.SIGKILL)
+        if ctx.rank == 1:
+            call = _watch.Call(drain, bcast)
+            call.wait(s.OBSERVE)  # a correct root sends nothing more: this may never end
+            ctx.notify("peer1_done")
+            ended = call.ended()
+            return ended.value if ended.done and ended.raised is None else (None, False)
+        s.wait_dead(ctx, 2, "BCAST-13")
+        failed = None
+        for i in range(64):  # past any ring or socket buffer
+            failed = s.attempt(bcast.broadcast, bytearray(s.payload(1, size, i)))
+            if failed is not None:
+                break
+        second = s.attempt(bcast.broadcast, bytearray(marker))
+        ctx.wait("peer1_done", timeout=s.GROUP_TIMEOUT)
+        bcast.reset()
+        return failed, second
+
+    result = tpbcast_run(
+        target, 3, fail_fast=False, expect_failure=True, timeout=s.GROUP_TIMEOUT + s.OBSERVE
+    )
+    root, peer1, victim = result.outcomes
+    s.precondition(
+        "BCAST-13",
+        victim.signal_name == "SIGKILL",
+        f"the fault did not happen: {victim.summary()}",
+    )
+    s.precondition(
+        "BCAST-13",
+        root.status is Status.OK and peer1.status is Status.OK,
+        f"the group did not get that far: {root.summary()}; {peer1.summary()}",
+    )
+    failed, second = root.value
+    s.precondition(
+        "BCAST-13", failed is not None, "no broadcast to the dead rank 2 failed (FAULT-1's subject)"
+    )
+    s.check(
+        "BCAST-13",
+        second is not None,
+        "the broadcast after a failed one raises",
+        "it returned",
+        rank=0,
+    )
+    _, saw_marker = peer1.value
+    s.check(
+        "BCAST-13",
+        not saw_marker,
+        "the broadcast after a failed one sends nothing, also on the links still alive",
+        "rank 1 received it",
+        rank=1,
+    )
