@@ -349,14 +349,16 @@ class ShmRingBroadcaster:
         self._rdv_ident = (st.st_dev, st.st_ino)
         # Wait until every reader has attached (the bootstrap barrier).
         backoff = _Backoff()
+        next_check = 0.0
         while True:
             # A reader that attached and already reset (DETACHED) did join: the bootstrap is
             # complete, and the next broadcast reports it gone.
-            missing = [
-                r for r in range(1, world_size) if seg.get(seg.reader(r, _R_STATE)) == EMPTY
-            ]
+            missing = [r for r in range(1, world_size) if seg.get(seg.reader(r, _R_STATE)) == EMPTY]
             if not missing:
                 break
+            if time.monotonic() >= next_check:
+                self._check_joined(seg, missing, start)
+                next_check = time.monotonic() + LIVENESS_EVERY
             if self._closing:
                 raise ShmPeerClosedError(
                     "rank 0: initialize ended by reset() (closed)", rank=0, phase="initialize"
@@ -374,6 +376,23 @@ class ShmRingBroadcaster:
             backoff.wait()
         self._unlink_names()  # every reader is in: no name is needed any more
         return seg
+
+    def _check_joined(self, seg: _Segment, missing: list[int], start: float) -> None:
+        """A reader that attached and died while rank 0 waits for the others fails the
+        bootstrap at once (FAULT-7), naming it."""
+        for r in range(1, seg.world_size):
+            if r in missing or seg.get(seg.reader(r, _R_STATE)) != ATTACHED:
+                continue
+            if self._reader_gone(seg, r):
+                pid = seg.get(seg.reader(r, _R_PID))
+                raise ShmPeerClosedError(
+                    f"rank 0: initialize failed: peer {r} (pid {pid}) attached and died during "
+                    f"the bootstrap (closed); still waiting for peer rank(s) {missing}",
+                    rank=0,
+                    peer=r,
+                    phase="initialize",
+                    elapsed=time.monotonic() - start,
+                )
 
     def _unlink_names(self) -> None:
         for path in self._named:
