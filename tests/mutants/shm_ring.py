@@ -23,8 +23,11 @@ a stale rendezvous of an earlier group, refused (the reader keeps looking until 
 connect deadline, then raises).  Once every reader has attached, rank 0 unlinks both the
 file and the segment name: from then on nothing named exists, so a SIGKILL of any rank
 (or of its process group) leaves nothing behind; ``reset`` and an ``atexit`` hook unlink
-them too if the group never completed.  A new rank 0 at the same base path removes the
-segment named by a rendezvous whose writer is dead.
+them too if the group never completed.  A reader's ``initialize`` returns only once rank 0
+has seen every reader attach (a barrier, as wire v1's probe is).  Limitation: a rank 0
+SIGKILLed before every reader attached leaves both names until a reader that had attached
+sees it dead, a reader that comes later refuses the stale rendezvous, or a new rank 0 at
+the same base path starts: each of them removes them.
 
 Liveness.  Every process holds a POSIX record lock on one byte of the segment's file
 (the writer byte 0, reader ``r`` byte ``r``); the kernel drops it when the process dies
@@ -68,7 +71,9 @@ MAGIC: Final = 0x3172_6D68_7362_7074  # b"tpbshmr1" in little-endian order
 LIVENESS_EVERY: Final = 0.01
 _WORD: Final = struct.Struct("@Q")
 # Header words (offsets).
-_H_MAGIC, _H_NONCE, _H_WORLD, _H_CHUNK, _H_SLOTS, _H_PID, _H_SHUTDOWN = (8 * i for i in range(7))
+_H_MAGIC, _H_NONCE, _H_WORLD, _H_CHUNK, _H_SLOTS, _H_PID, _H_SHUTDOWN, _H_READY = (
+    8 * i for i in range(8)
+)
 _READERS_AT: Final = 128
 _READER_SIZE: Final = 64  # pid, state, consumed
 _R_PID, _R_STATE, _R_CONSUMED = 0, 8, 16
@@ -374,6 +379,7 @@ class ShmRingBroadcaster:
                     path=rdv,
                 )
             backoff.wait()
+        seg.put(_H_READY, 1)  # the readers' initialize returns now
         self._unlink_names()  # every reader is in: no name is needed any more
         return seg
 
@@ -434,6 +440,7 @@ class ShmRingBroadcaster:
                     path=rdv,
                 )
             backoff.wait()
+        attached = False
         try:
             try:
                 fcntl.lockf(seg.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, rank)
@@ -454,10 +461,51 @@ class ShmRingBroadcaster:
             seg.put(seg.reader(rank, _R_PID), os.getpid())
             seg.put(seg.reader(rank, _R_CONSUMED), 0)
             seg.put(seg.reader(rank, _R_STATE), ATTACHED)
+            attached = True
+            self._await_group(seg, rank, start)
         except BaseException:
+            if attached:
+                seg.put(seg.reader(rank, _R_STATE), DETACHED)
             seg.close()
             raise
         return seg
+
+    def _await_group(self, seg: _Segment, rank: int, start: float) -> None:
+        """A reader waits until rank 0 has seen every reader attach (the bootstrap is a
+        barrier for every rank, as wire v1's probe is), or fails: rank 0 died, gave up
+        (its shutdown word) or the init deadline passed."""
+        deadline = _deadline(self._deadlines["init"])
+        backoff = _Backoff()
+        next_check = 0.0
+        while not seg.get(_H_READY):
+            now = time.monotonic()
+
+            def fail(cls: type[ShmError], what: str) -> ShmError:
+                return cls(
+                    f"rank {rank}: initialize failed: {what}",
+                    rank=rank,
+                    peer=0,
+                    phase="initialize",
+                    elapsed=time.monotonic() - start,
+                )
+
+            if self._closing:
+                raise fail(ShmPeerClosedError, "ended by reset() (closed)")
+            if seg.get(_H_SHUTDOWN):
+                raise fail(ShmPeerClosedError, "rank 0 gave up its bootstrap (closed)")
+            if now >= next_check:
+                if self._root_gone(seg):
+                    # Nobody else will remove what the dead rank 0 published.
+                    _remove_rendezvous(self._base_path, seg.name)
+                    raise fail(ShmPeerClosedError, "rank 0 died during the bootstrap (closed)")
+                next_check = now + LIVENESS_EVERY
+            if now >= deadline:
+                raise fail(
+                    ShmTimeoutError,
+                    f"init deadline ({self._deadlines['init']}s) passed waiting for rank 0 to "
+                    "see every peer attach",
+                )
+            backoff.wait()
 
     # ------------------------------------------------------------------ broadcast
 
@@ -767,9 +815,7 @@ def _try_open(  # noqa: PLR0911
     problem = stale(seg, nonce, world_size)
     if problem == _DEAD_ROOT:
         # Left by a rank 0 killed during its bootstrap: nobody else will remove it.
-        for path in (os.path.join(SHM_DIR, name), rdv):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+        _remove_rendezvous(rdv[: -len(".shm")], name)
     if problem:
         seg.close()
         return f"stale rendezvous refused: segment {name}: {problem}"
@@ -787,6 +833,21 @@ def _stale(seg: _Segment, nonce: int, world_size: int) -> str:
     if _lock_free(seg.fd, 0):
         return _DEAD_ROOT
     return ""
+
+
+def _remove_rendezvous(base_path: str, name: str) -> None:
+    """Unlink segment ``name`` and the rendezvous file at ``base_path`` if it names it."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(SHM_DIR, name))
+    rdv = rendezvous_path(base_path)
+    try:
+        with open(rdv) as fh:
+            named = str(json.load(fh)["name"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if named == name:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(rdv)
 
 
 def _sweep_stale(rdv: str) -> None:
