@@ -153,6 +153,10 @@ def _judge_group_failure(exc: RankGroupFailure) -> Judgement:
         # No failing rank but not ok: survivors (orphans) or leaked fds: hygiene, FAIL.
         return Judgement(Verdict.FAIL, _clip(str(exc)), None)
     raised = first.exception
+    if raised is not None and _is_capability_missing(raised):
+        # Raised inside a rank (e.g. the exec: adapter refused a call before its driver
+        # was asked): no verdict on the implementation, as in the test body.
+        return Judgement(Verdict.UNSUPPORTED, _clip(f"rank {first.rank}: {raised}"), first.rank)
     if isinstance(raised, PreconditionError):
         message = f"rank {first.rank} could not stage the test (no verdict): {raised}"
         return Judgement(Verdict.ERROR, _clip(message), first.rank, raised.clause_id)

@@ -44,9 +44,10 @@ from ._contract import (
     ImplementationLoadError,
     parse_capabilities,
 )
-from ._exec_errors import ExecDriverError, from_record
+from ._exec_errors import ExecDriverError, ExecNotAsked, from_record
 from ._exec_protocol import (
     KEEP,
+    MAX_FRAME,
     PROTOCOL_VERSION,
     STATUS_ERROR,
     STATUS_OK,
@@ -295,18 +296,31 @@ class _ErrorReply(Exception):  # noqa: N818 - internal control flow, never escap
         self.reader = reader
 
 
-def _ms(name: str, seconds: float) -> int:
-    """Seconds -> whole milliseconds on the wire (rounded up); ``math.inf`` is -1."""
+def _ms(name: str, seconds: float, command: tuple[str, ...]) -> int:
+    """Seconds -> whole milliseconds on the wire (rounded up); ``math.inf`` is -1.
+
+    :raises ExecNotAsked: a negative or NaN deadline (the wire has no way to carry it).
+    """
     if seconds == math.inf:
         return -1
     if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{name} must be >= 0 seconds or math.inf, got {seconds!r}")
+        raise ExecNotAsked(
+            "deadline_range",
+            f"set_deadlines({name}={seconds!r}): the protocol carries only >= 0 ms or forever",
+            command,
+        )
     return min(_LONG_MAX, max(1, math.ceil(seconds * 1000))) if seconds > 0 else 0
 
 
-def _c_int(name: str, value: int) -> int:
+def _c_int(name: str, value: int, command: tuple[str, ...]) -> int:
+    """``value`` if it fits the protocol's i32.
+
+    :raises ExecNotAsked: it does not (the driver's C ``int`` cannot receive it).
+    """
     if not -(2**31) <= value < 2**31:
-        raise ValueError(f"{name} must fit a 32-bit int, got {value!r}")
+        raise ExecNotAsked(
+            "int_range", f"{name}={value!r} does not fit the protocol's 32-bit int", command
+        )
     return value
 
 
@@ -355,8 +369,9 @@ class ExecBroadcaster:
         self, *, connect: float | None = None, init: float | None = None, io: float | None = None
     ) -> None:
         """Deadlines in seconds (``None`` keeps a value, ``math.inf`` waits forever)."""
+        command = self._driver.command
         values = tuple(
-            KEEP if v is None else _ms(n, v)
+            KEEP if v is None else _ms(n, v, command)
             for n, v in (("connect", connect), ("init", init), ("io", io))
         )
         self._simple(
@@ -364,10 +379,17 @@ class ExecBroadcaster:
         )
 
     def initialize(self, rank: int, world_size: int, base_path: str) -> None:
+        command = self._driver.command
         path = os.fsencode(base_path)
         if b"\0" in path:
-            raise ValueError(f"base_path must not contain NUL bytes, got {base_path!r}")
-        msg = initialize_request(_c_int("rank", rank), _c_int("world_size", world_size), path)
+            raise ExecNotAsked(
+                "nul_in_path",
+                f"base_path {base_path!r} holds a NUL byte, which a C string cannot carry",
+                command,
+            )
+        msg = initialize_request(
+            _c_int("rank", rank, command), _c_int("world_size", world_size, command), path
+        )
         self._driver.rank = rank
         self._simple("initialize", msg)
         self._rank = rank
@@ -375,24 +397,45 @@ class ExecBroadcaster:
     def broadcast(self, buffer: Any, root: int = 0) -> None:
         """Send ``buffer`` from the root or receive it in place; a list is sent back to back."""
         buffers: Iterable[Any] = buffer if isinstance(buffer, list | tuple) else (buffer,)
-        for one in buffers:
-            self._broadcast_one(one, root)
+        # Every buffer is checked before the first request: a refusal asks the driver nothing.
+        for flat, header in [self._prepare(one, root) for one in buffers]:
+            self._broadcast_one(flat, header)
 
-    def _broadcast_one(self, buffer: Any, root: int) -> None:
+    def _prepare(self, buffer: Any, root: int) -> tuple[memoryview, bytes]:
+        """The flat view and the request header for one buffer.
+
+        :raises ExecNotAsked: what the adapter checks itself, before the driver (README,
+            "Checked before the driver").
+        """
+        command = self._driver.command
         view = memoryview(buffer)
         if not view.c_contiguous:
-            raise ValueError(
-                f"broadcast needs a C-contiguous buffer, got a {type(buffer).__name__} "
-                f"of shape {view.shape} strides {view.strides}"
+            raise ExecNotAsked(
+                "contiguous_buffer",
+                f"a {type(buffer).__name__} of shape {view.shape} strides {view.strides} is "
+                "not C-contiguous; the protocol carries one flat run of bytes",
+                command,
             )
         flat = view.cast("B") if view.ndim != 1 or view.format != "B" else view
         nbytes = flat.nbytes
         if flat.readonly and nbytes and self._rank is not None and self._rank != root:
-            raise TypeError(
-                "a peer receives in place: pass a writable buffer (bytearray, "
-                f"memoryview, numpy array), not a read-only {type(buffer).__name__}"
+            # The driver would get a writable copy: it cannot be asked whether the
+            # implementation refuses a buffer it cannot write (BCAST-11).
+            raise ExecNotAsked(
+                "read_only_buffer",
+                f"rank {self._rank} (a peer) was given a read-only {type(buffer).__name__}; "
+                "the driver only ever sees a writable copy, so whether the implementation "
+                "refuses it cannot be asked",
+                command,
             )
-        header = broadcast_header(_c_int("root", root), nbytes)
+        if 13 + nbytes > MAX_FRAME:
+            raise ExecNotAsked(
+                "frame_size", f"{nbytes} bytes exceed one protocol frame ({MAX_FRAME})", command
+            )
+        return flat, broadcast_header(_c_int("root", root, command), nbytes)
+
+    def _broadcast_one(self, flat: memoryview, header: bytes) -> None:
+        nbytes = flat.nbytes
         error = None
         try:
             reader = self._driver.call("broadcast", (header, flat))

@@ -9,13 +9,19 @@ bytes_done, bytes_total, elapsed, path, errno_name``) carry what the driver sent
 
 :class:`ExecDriverError` is different: the driver process itself failed (it could not
 start, died mid-call, broke the protocol), so the message names the rank and the command.
+
+:class:`ExecNotAsked` is not an error of the implementation at all: the adapter refused a
+call itself, before any request reached the driver (an argument the protocol cannot carry,
+or a check only Python can make, such as a read-only buffer).  It is a
+``CapabilityMissing``, so the suite reports the clause UNSUPPORTED instead of judging the
+adapter's own refusal as the implementation's.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from ._contract import AdapterError
+from ._contract import AdapterError, CapabilityMissing
 from ._exec_protocol import ErrorRecord
 
 __all__ = [
@@ -25,6 +31,7 @@ __all__ = [
     "ExecConfigurationError",
     "ExecDriverError",
     "ExecHandshakeError",
+    "ExecNotAsked",
     "ExecNotInitializedError",
     "ExecPeerClosedError",
     "ExecReinitMismatchError",
@@ -124,3 +131,30 @@ def _rebuild_driver_error(
     message: str, rank: int | None, command: tuple[str, ...]
 ) -> ExecDriverError:
     return ExecDriverError(message, rank=rank, command=command)
+
+
+class ExecNotAsked(CapabilityMissing):
+    """The ``exec:`` adapter refused a call before any request reached the driver.
+
+    ``check`` names what the adapter checked (``read_only_buffer``, ``nul_in_path``,
+    ``int_range``, ...), ``detail`` what it saw.  A ``CapabilityMissing`` (the capability is
+    ``exec:<check>``): the suite reports UNSUPPORTED, never PASS, because the driver was
+    never asked (conformance/adapters/exec/README.md, "Checked before the driver").
+    """
+
+    def __init__(self, check: str, detail: str, command: tuple[str, ...]) -> None:
+        # CapabilityMissing's own message speaks of an undeclared capability: not this.
+        AdapterError.__init__(
+            self,
+            f"UNSUPPORTED ({check}): {detail}. This is checked by the exec adapter "
+            "before the driver; the driver was never asked, so nothing about the "
+            f"implementation was judged (driver: {' '.join(command)})",
+        )
+        self.capability = f"exec:{check}"
+        self.implementation = " ".join(command)
+        self.check = check
+        self.detail = detail
+        self.command = command
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.check, self.detail, self.command))

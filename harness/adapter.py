@@ -25,7 +25,7 @@ from ._contract import (
     parse_capabilities,
     parse_transport,
 )
-from ._exec_errors import ExecBroadcastError, ExecDriverError
+from ._exec_errors import ExecBroadcastError, ExecDriverError, ExecNotAsked
 
 __all__ = [
     "DEFAULT_IMPLEMENTATION",
@@ -38,6 +38,7 @@ __all__ = [
     "CapabilityMissing",
     "ExecBroadcastError",
     "ExecDriverError",
+    "ExecNotAsked",
     "Implementation",
     "ImplementationLoadError",
     "UnknownCapabilityError",

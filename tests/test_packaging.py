@@ -50,6 +50,14 @@ def test_wheel_has_only_the_tpbcast_namespace(wheel: Path) -> None:
         assert f"tpbcast/{layer}/__init__.py" in names
     assert "tpbcast/conformance/clauses.toml" in names
     assert "tpbcast/conformance/adapters/native/cbcast.c" in names
+    for kit_file in (
+        "tpbcast_driver.h",
+        "cbcast_driver.c",
+        "cbcast_driver.cpp",
+        "tpbcast_driver_check.cpp",
+        "expectations-cxx.toml",
+    ):  # the exec: kit and both examples (the C++ one is built from the installed copy)
+        assert f"tpbcast/conformance/adapters/exec/{kit_file}" in names, kit_file
     assert any(n.startswith("tpbcast/conformance/tests/test_") for n in names)
 
 

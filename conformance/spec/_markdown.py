@@ -140,8 +140,8 @@ _EXEC_PROTOCOL: Final = """\
 The suite starts the command once to read its hello, then once per broadcaster object, in the
 rank that creates it; the object's members are requests to that *driver*. A C or C++ driver
 needs only `conformance/adapters/exec/tpbcast_driver.h` (four calls; see its README);
-`cbcast_driver.c` there is the worked example (`python -m tpbcast.conformance.adapters.exec
---path` builds it).
+`cbcast_driver.c` and `cbcast_driver.cpp` there are the worked examples in C and C++
+(`python -m tpbcast.conformance.adapters.exec --path` / `--cxx-path` builds them).
 
 - **Process.** stdin and stdout are one Unix stream socket (the channel), stderr is the rank's
   (captured in its report section); nothing else may be written to stdout. The driver has
@@ -191,8 +191,17 @@ is; a driver that does not declare `deadlines` / `generation` answers `D` / `G` 
   (a `RuntimeError`) and carrying the `error_details` attributes: `config` (also `ValueError`),
   `not_initialized`, `reinit_mismatch`, `broken`, `handshake`, `peer_closed`, `timeout` (also
   `TimeoutError`), `security` (also `PermissionError`); any other class is the root itself.
-- **On the rank's side.** A list of buffers is sent as one `B` per buffer; a read-only buffer
-  on a peer (rank != root) is refused with `TypeError` before any request. A driver that cannot
+  Every request may be answered with an error reply, `R` too: a reset that fails reaches the
+  suite as that class's exception, like any other call (said explicitly within protocol 1;
+  the error reply was always the same for every op, so no reader changes).
+- **On the rank's side.** A list of buffers is sent as one `B` per buffer. What the adapter
+  checks itself is refused before any request (a list is checked whole first): a read-only
+  buffer on a peer (rank != root; the driver would get a writable copy), a buffer that is
+  not C-contiguous, `rank` / `world_size` / `root` outside an `i32`, a NUL in `base_path`, a
+  negative or NaN deadline, a buffer over one frame. Each raises `ExecNotAsked`, a
+  `CapabilityMissing` (also inside a rank), so the clause that made the call is UNSUPPORTED
+  ("checked by the exec adapter before the driver; the driver was never asked"), never PASS:
+  BCAST-11 is UNSUPPORTED for every `exec:` driver. A driver that cannot
   start, dies mid-call or breaks the framing raises `ExecDriverError` naming the rank, the
   command and how it ended; every later call of that object raises it again. `exec:` cannot
   carry `abstract_namespace`, `dispatch`, `base_path` or `tensors` (they need Python objects);

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tpbcast.conformance._checks import PreconditionError, record
+from tpbcast.harness import CapabilityMissing
 from tpbcast.harness.rogue import rogue_peer
 from tpbcast.harness.runtime import WORKDIR_PREFIX
 
@@ -93,10 +94,17 @@ def capture(exc: BaseException, elapsed: float) -> Raised:
 
 
 def attempt(fn: Callable[..., object], *args: Any, **kwargs: Any) -> Raised | None:
-    """Call ``fn``; return what it raised (an ``Exception``) or None if it returned."""
+    """Call ``fn``; return what it raised (an ``Exception``) or None if it returned.
+
+    ``CapabilityMissing`` is not caught: it is no answer of the implementation (the
+    ``exec:`` adapter refusing a call before its driver is asked), so it ends the test
+    as UNSUPPORTED instead of passing for the refusal the clause wants.
+    """
     start = time.monotonic()
     try:
         fn(*args, **kwargs)
+    except CapabilityMissing:
+        raise
     except Exception as exc:
         return capture(exc, time.monotonic() - start)
     return None

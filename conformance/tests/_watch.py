@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tpbcast.harness import SyncError, SyncTimeoutError, wire
+from tpbcast.harness import CapabilityMissing, SyncError, SyncTimeoutError, wire
 
 from . import _support as s
 
@@ -328,16 +328,22 @@ class Call:
 
     A call that never returns is left behind when the rank ends (ranks end in
     ``os._exit``): never touch that broadcaster again, it is still busy.
+    ``CapabilityMissing`` (no answer of the implementation: see :func:`s.attempt`) is
+    raised again by :meth:`ended`, in the rank's own thread.
     """
 
     def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
         self._out: dict[str, tuple[s.Raised | None, Any]] = {}
+        self._missing: CapabilityMissing | None = None
         self.started = time.monotonic()
 
         def run() -> None:
             start = time.monotonic()
             try:
                 value = fn(*args)
+            except CapabilityMissing as exc:
+                self._missing = exc
+                self._out["end"] = (s.capture(exc, time.monotonic() - start), None)
             except Exception as exc:
                 self._out["end"] = (s.capture(exc, time.monotonic() - start), None)
             else:
@@ -355,6 +361,8 @@ class Call:
         return self.done
 
     def ended(self) -> Ended:
+        if self._missing is not None:
+            raise self._missing
         raised, value = self._out.get("end", (None, None))
         return Ended(self.done, raised, value, time.monotonic() - self.started)
 

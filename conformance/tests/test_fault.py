@@ -197,7 +197,7 @@ def test_root_death_mid_broadcast_byte_level(tpbcast_run, tpbcast_impl):
                 "FAULT-4",
                 s.mentions(raised, done)
                 and "broadcast" in text.lower()
-                and re.search(r"\d(\.\d+)? ?s\b", text) is not None,
+                and re.search(r"\d(\.\d+)? ?m?s\b", text) is not None,
                 f"{who}: the message states the phase, bytes done/total and the elapsed time",
                 raised,
                 rank=rank,

@@ -254,6 +254,40 @@ def test_rank_that_could_not_stage_its_fault_is_error(suite):
     assert result.ret == 1, "a MUST clause that could not be judged fails the run"
 
 
+_NOT_ASKED = (
+    "    from tpbcast.conformance.tests import _support, _watch\n"
+    "    from tpbcast.harness.adapter import ExecNotAsked\n"
+    "    def refuse():\n"
+    "        raise ExecNotAsked('read_only_buffer', 'a read-only bytes', ('./drv',))\n"
+)
+
+
+@pytest.mark.parametrize("how", ["attempt", "watch"])
+def test_a_call_refused_before_the_implementation_is_unsupported_in_a_rank(suite, how):
+    """The exec: adapter refusing a call itself (``ExecNotAsked``, a ``CapabilityMissing``)
+    inside a rank, where the test would count any exception as the refusal its clause
+    wants: ``attempt`` and ``_watch.Call`` let it through, the rank fails with it, and the
+    verdict is UNSUPPORTED with the adapter's message, never PASS nor FAIL."""
+    calls = {
+        "attempt": "            raised = _support.attempt(refuse)\n",
+        "watch": "            call = _watch.Call(refuse)\n"
+        "            call.wait(10)\n"
+        "            raised = call.ended().raised\n",
+    }
+    result, clause = _run_init1(
+        suite,
+        _NOT_ASKED + "    def target(ctx):\n"
+        "        if ctx.rank == 1:\n"
+        + calls[how]
+        + "            assert raised is not None, 'INIT-1: the call is refused'\n"
+        "    tpbcast_run(target, 2)\n",
+    )
+    assert clause["verdict"] == "UNSUPPORTED", clause
+    assert "the driver was never asked" in clause["message"], clause["message"]
+    assert "rank 1" in clause["message"], clause["message"]
+    assert result.ret == 0, "UNSUPPORTED is neither PASS nor FAIL"
+
+
 def test_hung_rank_is_error_not_fail(suite):
     result, clause = _run_init1(
         suite,

@@ -53,8 +53,8 @@ TIERS = {  # each tier's __all__
         """
         DEFAULT_IMPLEMENTATION DEFAULT_TRANSPORT REQUIRED_MEMBERS TRANSPORTS AdapterError
         Broadcaster Capability CapabilityMissing ExecBroadcastError ExecDriverError
-        Implementation ImplementationLoadError UnknownCapabilityError load_implementation
-        parse_capabilities parse_transport
+        ExecNotAsked Implementation ImplementationLoadError UnknownCapabilityError
+        load_implementation parse_capabilities parse_transport
         """
     ),
     "tpbcast.harness.runtime": _names(

@@ -8,6 +8,10 @@ broadcaster behind it. Modes:
 * ``crash``: broadcast dies of SIGSEGV mid-call (after reading the request).
 * ``garbage``: broadcast answers a status byte that does not exist.
 * ``caps=<names>``: hello declares these capabilities (comma-separated).
+* ``reset_fails``: reset answers a ``broken`` error (a driver whose reset can fail).
+
+In every mode ``G`` (generation) answers how many I, B, D and R requests arrived so far:
+a test proves with it that a refused call never reached the driver.
 """
 
 from __future__ import annotations
@@ -45,9 +49,11 @@ def _error(cls: str, message: str) -> bytes:
 
 def main(mode: str) -> None:
     caps = mode.partition("=")[2].replace(",", " ") if mode.startswith("caps=") else ""
+    asked = 0
     while True:
         body = _read(struct.unpack("<I", _read(4))[0])
         op = body[:1]
+        asked += op in (b"I", b"B", b"D", b"R")
         if op == b"H":
             _reply(b"\x00" + struct.pack("<i", 1) + _string("fake") + _string("9") + _string(caps))
         elif op == b"I" and mode == "timeout":
@@ -67,7 +73,17 @@ def main(mode: str) -> None:
         elif op == b"Q":
             _reply(b"\x00\x00")
         elif op == b"G":
-            _reply(b"\x00" + struct.pack("<Q", 0))
+            _reply(b"\x00" + struct.pack("<Q", asked))
+        elif op == b"R" and mode == "reset_fails":
+            _reply(
+                b"\x01"
+                + _string("broken")
+                + _string("reset: close(7) failed")
+                + struct.pack("<iiiqqq", 3, -1, 5, -1, -1, -1)
+                + _string("reset")
+                + _string("")
+                + _string("")
+            )
         else:
             _reply(b"\x00")
 

@@ -20,12 +20,18 @@ import pytest
 from tpbcast.conformance.adapters.exec import driver_path
 from tpbcast.harness import load_implementation, run_ranks
 from tpbcast.harness._exec_errors import (
+    ExecBrokenError,
     ExecConfigurationError,
     ExecDriverError,
     ExecNotInitializedError,
     ExecTimeoutError,
 )
-from tpbcast.harness.adapter import ImplementationLoadError, UnknownCapabilityError
+from tpbcast.harness.adapter import (
+    CapabilityMissing,
+    ExecNotAsked,
+    ImplementationLoadError,
+    UnknownCapabilityError,
+)
 
 from ._ranks import process_state
 
@@ -188,14 +194,56 @@ def test_a_broken_reply_is_a_driver_error():
     bcast.close()
 
 
-def test_read_only_peer_buffer_is_refused_before_the_call():
+def _refusals() -> list[tuple[str, object]]:
+    import numpy as np
+
+    strided = np.zeros((4, 4), dtype=np.uint8)[:, ::2]
+    return [
+        ("read_only_buffer", lambda b: b.broadcast(b"abcd")),
+        ("read_only_buffer", lambda b: b.broadcast([bytearray(2), b"cd"])),  # none sent
+        ("contiguous_buffer", lambda b: b.broadcast(strided)),
+        ("int_range", lambda b: b.broadcast(bytearray(4), 2**31)),
+        ("int_range", lambda b: b.initialize(1, 2**31, "/x/g")),
+        ("int_range", lambda b: b.initialize(-(2**31) - 1, 2, "/x/g")),
+        ("nul_in_path", lambda b: b.initialize(1, 2, "/x/g\0h")),
+        ("deadline_range", lambda b: b.set_deadlines(io=-1.0)),
+        ("deadline_range", lambda b: b.set_deadlines(connect=float("nan"))),
+    ]
+
+
+@pytest.mark.parametrize("index", range(9))
+def test_a_check_made_before_the_driver_is_unsupported_and_asks_nothing(index):
+    """What the adapter refuses itself is no answer of the implementation: an
+    ``ExecNotAsked`` (a ``CapabilityMissing``: the suite says UNSUPPORTED, never PASS),
+    and the driver got no request (the fake counts them in its generation reply)."""
+    check, call = _refusals()[index]
     bcast = load_implementation(_fake("ok")).create()
     bcast.initialize(1, 2, "/x/g")
-    with pytest.raises(TypeError, match="writable buffer"):
-        bcast.broadcast(b"abcd")
+    before = bcast.generation
+    with pytest.raises(ExecNotAsked) as info:
+        call(bcast)
+    assert isinstance(info.value, CapabilityMissing)
+    assert info.value.check == check and info.value.capability == f"exec:{check}"
+    text = str(info.value)
+    assert "checked by the exec adapter before the driver; the driver was never asked" in text
+    assert str(FAKE) in text, "the message names the driver"
+    assert bcast.generation == before, "a refused call reached the driver"
+    again = pickle.loads(pickle.dumps(info.value))
+    assert type(again) is ExecNotAsked and str(again) == text
     buf = bytearray(b"wxyz")
     bcast.broadcast(buf)  # the fake echoes: the channel is still in step
-    assert buf == b"wxyz"
+    assert buf == b"wxyz" and bcast.generation == before + 1
+    bcast.close()
+
+
+def test_a_failed_reset_reaches_the_caller_as_an_error():
+    """Protocol 1, ``R`` answered with an error reply: the rank gets the class's exception
+    with its details, like any other call (issue 24: a throwing C++ reset)."""
+    bcast = load_implementation(_fake("reset_fails")).create()
+    with pytest.raises(ExecBrokenError, match=r"reset: close\(7\) failed") as info:
+        bcast.reset()
+    assert (info.value.rank, info.value.phase, info.value.errno_name) == (3, "reset", "EIO")
+    assert bcast.is_initialized() is False, "the channel is still in step"
     bcast.close()
 
 

@@ -16,7 +16,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "build_cached",
     "cache_dir",
     "find_compiler",
+    "find_cxx_compiler",
     "library_path",
     "source",
 ]
@@ -75,6 +76,24 @@ def find_compiler(environ: Mapping[str, str] | None = None) -> list[str]:
     )
 
 
+def find_cxx_compiler(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``$CXX`` (may carry words), else ``c++``, ``g++`` or ``clang++`` (the ``exec:`` kit's
+    C++ example)."""
+    env = os.environ if environ is None else environ
+    path = env.get("PATH", os.defpath)
+    cxx = shlex.split(env.get("CXX", ""))
+    candidates = [cxx] if cxx else [["c++"], ["g++"], ["clang++"]]
+    for words in candidates:
+        found = shutil.which(words[0], path=path)
+        if found:
+            return [found, *words[1:]]
+    tried = ", ".join(" ".join(words) for words in candidates)
+    raise NativeBuildError(
+        f"no C++ compiler found (tried {tried} on PATH={path!r}); the exec: kit's C++ "
+        "example needs one: install it (e.g. apt-get install g++) or point $CXX at it"
+    )
+
+
 def _check_private(directory: Path) -> None:
     """Refuse a cache dir others could write: its libraries are code we dlopen."""
     st = os.lstat(directory)
@@ -93,31 +112,36 @@ def build_cached(
     *,
     suffix: str = "",
     environ: Mapping[str, str] | None = None,
+    finder: Callable[[Mapping[str, str] | None], list[str]] | None = None,
 ) -> Path:
     """Return ``<cache>/<stem>-<digest><suffix>`` built from ``sources``, building it if needed.
 
-    The digest covers every file in ``sources`` (headers too), so an edited source gets a
-    new name and a stale build is never reused.  ``compile_args`` are the compiler
-    arguments after the flags and the output (the ``.c`` files).  The build goes to a
-    temporary name and is renamed into place: a racing worker sees the old name or a
-    whole file, never a half-written one.
+    The digest covers every file in ``sources`` (headers too) and the arguments (flags), so
+    an edited source or a changed flag gets a new name and a stale build is never reused.
+    ``compile_args`` are the compiler arguments after the output (flags, the ``.c`` files).
+    The build goes to a temporary name and is renamed into place: a racing worker sees the
+    old name or a whole file, never a half-written one.  ``finder`` replaces
+    :func:`find_compiler`, asked only when a build is needed (the C++ example passes
+    :func:`find_cxx_compiler`).
 
     :raises NativeBuildError: no C compiler, an unsafe cache dir, or the compiler failed.
     """
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
+    digest = hashlib.sha256(
+        b"".join(p.read_bytes() for p in sources) + "\0".join(compile_args).encode()
+    ).hexdigest()[:16]
     out_dir = cache_dir(environ)
     target = out_dir / f"{stem}-{digest}{suffix}"
     if out_dir.exists():
         _check_private(out_dir)
     if target.exists():
         return target
-    compiler = find_compiler(environ)
+    command = (finder or find_compiler)(environ)
     out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     _check_private(out_dir)
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=f"{suffix}.tmp", dir=out_dir)
     os.close(fd)
     try:
-        cmd = [*compiler, "-o", tmp, *compile_args]
+        cmd = [*command, "-o", tmp, *compile_args]
         try:
             done = subprocess.run(
                 cmd, check=False, capture_output=True, text=True, timeout=_BUILD_TIMEOUT
