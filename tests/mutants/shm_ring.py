@@ -491,10 +491,10 @@ class ShmRingBroadcaster:
 
             if self._closing:
                 raise fail(ShmPeerClosedError, "ended by reset() (closed)")
-            if seg.get(_H_SHUTDOWN):
+            if seg.get(_H_SHUTDOWN) and not seg.get(_H_READY):
                 raise fail(ShmPeerClosedError, "rank 0 gave up its bootstrap (closed)")
             if now >= next_check:
-                if self._root_gone(seg):
+                if self._root_gone(seg) and not seg.get(_H_READY):
                     # Nobody else will remove what the dead rank 0 published.
                     _remove_rendezvous(self._base_path, seg.name)
                     raise fail(ShmPeerClosedError, "rank 0 died during the bootstrap (closed)")
@@ -639,24 +639,21 @@ class ShmRingBroadcaster:
                             0,
                             (done, total, start),
                         )
+                    ended = ""
                     if seg.get(_H_SHUTDOWN):
-                        raise self._error(
-                            ShmPeerClosedError,
-                            "root reset the group (closed)",
-                            0,
-                            (done, total, start),
-                        )
-                    if now >= next_check:
+                        ended = "root reset the group (closed)"
+                    elif now >= next_check:
                         if self._root_gone(seg):
                             pid = seg.get(_H_PID)
-                            raise self._error(
-                                ShmPeerClosedError,
+                            ended = (
                                 f"root process (pid {pid}) is gone (closed: its lock on the "
-                                "segment was released)",
-                                0,
-                                (done, total, start),
+                                "segment was released)"
                             )
                         next_check = now + LIVENESS_EVERY
+                    if ended:
+                        if seg.get(seg.meta(slot, _M_SEQ)) == k:
+                            break  # published just before the root's end: deliver it
+                        raise self._error(ShmPeerClosedError, ended, 0, (done, total, start))
                     if now >= deadline:
                         raise self._error(
                             ShmTimeoutError,
