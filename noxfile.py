@@ -91,6 +91,26 @@ def mutants(session: nox.Session) -> None:
     session.run("python", "tools/mutants.py", *session.posargs)
 
 
+# vLLM is judged as installed, without its dependencies (they pull CUDA torch and a web
+# stack): `shm_broadcast` imports only these four besides torch (checked on 0.33.0:
+# `python -c "from vllm.distributed.device_communicators import shm_broadcast"`).
+VLLM = "vllm==0.33.0"
+VLLM_IMPORT_DEPS = ("psutil", "pyzmq", "urllib3", "regex")
+
+
+@nox.session(python=PYTHON)
+def ecosystem(session: nox.Session) -> None:
+    """Every real implementation whose engine is installed, side by side: the reference, the
+    native C example (ctypes and exec:), vLLM's shm MessageQueue (installed here with
+    --no-deps, torch pinned to the CPU build) and the shm ring of tests/mutants/, each
+    against its expectations file; reports in reports/ecosystem/ (tools/ecosystem.py;
+    ``-- --only vllm`` for one row, ``-- --render-only`` to rebuild the reports)."""
+    _install_project(session)
+    session.install(*CONSTRAINTS, *VLLM_IMPORT_DEPS)
+    session.install("--no-deps", VLLM)
+    session.run("python", "tools/ecosystem.py", *session.posargs)
+
+
 MUTMUT = "mutmut==3.8.1"
 
 

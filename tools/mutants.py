@@ -249,8 +249,10 @@ def run_subject(
     selection: Sequence[str] = (),
     workers: str = "2",
     timeout: float = 900.0,
+    expectations: Path | None = None,
 ) -> Run:
-    """Run the conformance suite against ``subject``; its reports go to ``report_dir``."""
+    """Run the conformance suite against ``subject``; its reports go to ``report_dir``
+    (judged against ``expectations``, an expectations file, if given)."""
     report_dir.mkdir(parents=True, exist_ok=True)
     json_path = report_dir / "conformance.json"
     json_path.unlink(missing_ok=True)
@@ -258,6 +260,8 @@ def run_subject(
     argv += ["--report-dir", str(report_dir), "-n", workers]
     if selection:
         argv += ["--clauses", ",".join(selection)]
+    if expectations is not None:
+        argv += ["--expectations", str(expectations)]
     start = time.monotonic()
     with (report_dir / "run.log").open("w", encoding="utf-8") as log:
         log.write(" ".join(argv) + "\n\n")
@@ -386,14 +390,19 @@ def run_matrix(
 # ------------------------------------------------------------------------------ reports
 
 
-def _clause_order(rows: Sequence[Row]) -> list[Mapping[str, Any]]:
-    """Every clause present in any run, in registry order (the largest run's order first)."""
-    docs = sorted((r.run.doc for r in rows if r.run.doc), key=lambda d: -len(d["clauses"]))
+def clause_order(docs: Sequence[Mapping[str, Any] | None]) -> list[Mapping[str, Any]]:
+    """Every clause present in any conformance.json of ``docs``, in registry order (the
+    largest run's order first)."""
+    ordered = sorted((d for d in docs if d), key=lambda d: -len(d["clauses"]))
     seen: dict[str, Mapping[str, Any]] = {}
-    for doc in docs:
+    for doc in ordered:
         for clause in doc["clauses"]:
             seen.setdefault(clause["id"], clause)
     return list(seen.values())
+
+
+def _clause_order(rows: Sequence[Row]) -> list[Mapping[str, Any]]:
+    return clause_order([r.run.doc for r in rows])
 
 
 def _killed(row: Row) -> str:
@@ -532,8 +541,7 @@ th { background: #f6f8fa; } td.num { text-align: right; white-space: nowrap; }
   color: #a40e26; font-weight: 700; }
 .v-error { background: #fbefff; color: #6e40c9; } .v-unsupported { background: #eaeef2;
   color: #424a53; }
-.v-not_tested { color: #6e7781; }
-.v-not_applicable { color: #8c959f; background: #f6f8fa; }
+.v-not_tested, .v-not_applicable { color: #6e7781; }
 td.kill { outline: 2px solid #1f2328; outline-offset: -2px; }
 .lvl-must { background: #1f2328; color: #fff; } .lvl-should { background: #59636e; color: #fff; }
 .lvl-may { background: #d1d9e0; }

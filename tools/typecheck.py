@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 LAYERS = ("harness", "reference_impl", "conformance", "fixtures")
-TOOLS = ("mutants.py",)
+TOOLS = ("mutants.py", "ecosystem.py")
 
 
 # Two modules that import each other (even only for type checking) cannot be read, tested

@@ -1,0 +1,334 @@
+"""The adapter contract (DESIGN.md) over vLLM's shared-memory broadcaster.
+
+``vllm.distributed.device_communicators.shm_broadcast.MessageQueue`` is what vLLM's
+``GroupCoordinator`` uses to broadcast Python objects from TP rank 0 to the other ranks of
+a node every step.  This adapter only marshals; it sets the queue up as vLLM's
+``parallel_state`` does (``MessageQueue.create_from_process_group(cpu_group, 1 << 22, 6)``:
+writer = rank 0, every other rank a local reader, 4 MiB slots, 6 of them) with one
+difference: the queue handle travels through a file next to the base path instead of a
+``torch.distributed`` broadcast, because the adapter contract has no process group.
+
+- ``initialize``: rank 0 creates the queue, writes its handle (``_handle``: JSON, 0600,
+  tmp + ``os.replace``), then ``wait_until_ready()`` (which returns once every reader has
+  subscribed, so rank 0 then removes the file); the other ranks poll for the file
+  (the ``connect`` deadline), ``MessageQueue.create_from_handle(handle, rank)``, then
+  ``wait_until_ready()``.  World size 1 creates no queue (parallel_state neither).
+- ``broadcast``: rank 0 ``enqueue(bytes(buffer))`` (a torch tensor as itself, vLLM's own
+  tensor path; a list of buffers as one list, one message), the others ``dequeue()`` and
+  copy into the caller's buffer in place; a length mismatch raises naming both sizes.
+- ``reset``: ``shutdown()`` (vLLM 0.33's only teardown call: it wakes an idle reader),
+  then the reference is dropped as ``GroupCoordinator.destroy`` does
+  (``self.mq_broadcaster = None``; vLLM's finalizer closes the zmq sockets, the ring's
+  ``__del__`` unlinks the segment on the writer); rank 0 removes the handle file if a
+  failed initialize left it.
+
+Deadlines (capability ``deadlines``), exactly as mapped:
+
+- ``io`` -> the ``timeout`` argument of ``MessageQueue.enqueue`` / ``dequeue`` (vLLM
+  applies it per wait: the ring-slot wait, then again to the overflow socket's recv).
+  Default None: vLLM's default, wait forever.
+- ``connect`` -> the readers' wait for the handle file (the adapter's stand-in for the
+  process-group collective that carries the handle in vLLM).  Default 120 s.
+- ``init`` -> accepted and NOT enforced: ``MessageQueue.wait_until_ready`` takes no
+  timeout (a blocking zmq ``recv``), and nothing is faked around it.
+  ``default_deadlines()`` says so (``init: None``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any, Final
+
+from ._handle import HandleFile, handle_path, read_handle, wait_for_handle, write_handle
+
+__all__ = [
+    "CAPABILITIES",
+    "MAX_CHUNKS",
+    "MAX_CHUNK_BYTES",
+    "NAME",
+    "TRANSPORT",
+    "VllmBroadcaster",
+    "VllmMissingError",
+    "make",
+]
+
+NAME: Final = "vllm MessageQueue"
+TRANSPORT: Final = "shm"
+CAPABILITIES: Final = frozenset({"deadlines", "multi_buffer", "tensors"})
+# vllm/distributed/parallel_state.py (0.33.0): create_from_process_group(cpu_group, 1 << 22, 6)
+MAX_CHUNK_BYTES: Final = 1 << 22
+MAX_CHUNKS: Final = 6
+DEFAULT_CONNECT: Final = 120.0
+_MODULE: Final = "vllm.distributed.device_communicators.shm_broadcast"
+_USED_NONCES: set[str] = set()  # handles this process already joined (see _handle)
+
+
+class VllmMissingError(ImportError):
+    """vLLM (or one of the packages its shm_broadcast import needs) is not installed."""
+
+
+def _shm_broadcast() -> Any:
+    try:
+        return importlib.import_module(_MODULE)
+    except ImportError as exc:
+        raise VllmMissingError(
+            f"the vLLM adapter needs vLLM: importing {_MODULE} failed ({exc}). Install "
+            "it without its dependencies plus the four packages its import needs, torch "
+            "pinned to the CPU build: pip install -c constraints/torch.txt torch psutil "
+            "pyzmq urllib3 regex && pip install --no-deps vllm==0.33.0 (or run "
+            "`nox -s ecosystem`, which does exactly that)"
+        ) from exc
+
+
+def _vllm_version() -> str:
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _seconds(name: str, value: float) -> float | None:
+    if value == math.inf:
+        return None
+    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} deadline must be >= 0 seconds or math.inf, got {value!r}")
+    return float(value)
+
+
+def _torch_tensor(obj: object) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _payload(buffer: Any) -> Any:
+    """What the root enqueues for one buffer: the bytes, or the tensor itself."""
+    if _torch_tensor(buffer):
+        return buffer.detach()
+    return memoryview(buffer).tobytes()
+
+
+def _writable_view(rank: int, index: int, buffer: Any) -> memoryview | None:
+    """A peer's buffer as a flat writable byte view (None: a tensor, filled with copy_)."""
+    if _torch_tensor(buffer):
+        return None
+    view = memoryview(buffer)
+    if view.readonly:
+        raise TypeError(
+            f"rank {rank}: a peer receives in place: buffer {index} is a read-only "
+            f"{type(buffer).__name__}; pass a bytearray, memoryview, numpy array or tensor"
+        )
+    if not view.c_contiguous:
+        raise ValueError(f"rank {rank}: buffer {index} is not C-contiguous")
+    return view.cast("B") if view.ndim != 1 or view.format != "B" else view
+
+
+def _fill(rank: int, index: int, target: Any, view: memoryview | None, got: Any) -> None:
+    if view is None:  # a torch tensor
+        if not _torch_tensor(got):
+            raise TypeError(
+                f"rank {rank}: buffer {index} is a tensor but the root sent a {type(got).__name__}"
+            )
+        want = target.numel() * target.element_size()
+        have = got.numel() * got.element_size()
+        if want != have or got.dtype != target.dtype:
+            raise ValueError(
+                f"rank {rank}: buffer {index} size mismatch: the root sent {have} bytes "
+                f"({got.dtype}, shape {tuple(got.shape)}), this rank's buffer has {want} "
+                f"bytes ({target.dtype}, shape {tuple(target.shape)})"
+            )
+        target.copy_(got.reshape(target.shape))
+        return
+    if _torch_tensor(got):
+        raise TypeError(f"rank {rank}: buffer {index} is not a tensor but the root sent one")
+    data = memoryview(got).cast("B")
+    if data.nbytes != view.nbytes:
+        raise ValueError(
+            f"rank {rank}: buffer {index} size mismatch: the root sent {data.nbytes} bytes, "
+            f"this rank's buffer has {view.nbytes} bytes"
+        )
+    view[:] = data
+
+
+class VllmBroadcaster:
+    """One rank's side of a vLLM ``MessageQueue`` (writer on rank 0, reader elsewhere)."""
+
+    name = NAME
+    transport = TRANSPORT
+    capabilities = CAPABILITIES
+    # The writer completes one enqueue per free ring slot without any reader reading; an
+    # overflow message (>= 4 MiB) takes a slot too (its bytes wait in zmq).
+    buffered_broadcasts = MAX_CHUNKS
+
+    def __init__(self) -> None:
+        self.version = _vllm_version()
+        self._deadlines: dict[str, float | None] = {
+            "connect": DEFAULT_CONNECT,
+            "init": None,
+            "io": None,
+        }
+        self._config: tuple[int, int, str] | None = None
+        self._queue: Any = None
+        self._handle: tuple[str, HandleFile] | None = None  # the file this rank 0 wrote
+
+    # ----------------------------------------------------------------- deadlines
+
+    def set_deadlines(
+        self, *, connect: float | None = None, init: float | None = None, io: float | None = None
+    ) -> None:
+        """Seconds; None keeps a value, ``math.inf`` waits forever.  ``init`` is stored but
+        cannot be enforced: vLLM's ``wait_until_ready`` has no timeout (module docstring)."""
+        for key, value in (("connect", connect), ("init", init), ("io", io)):
+            if value is not None:
+                self._deadlines[key] = _seconds(key, value)
+
+    @staticmethod
+    def default_deadlines() -> Mapping[str, float | None]:
+        """connect: the handle-file wait; init: none in vLLM; io: vLLM's default, none."""
+        return {"connect": DEFAULT_CONNECT, "init": None, "io": None}
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def initialize(self, rank: int, world_size: int, base_path: str) -> None:
+        if not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+        if not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, {world_size}), got {rank!r}")
+        if not isinstance(base_path, str) or not base_path or "\0" in base_path:
+            raise ValueError(f"base_path must be a non-empty path, got {base_path!r}")
+        config = (rank, world_size, base_path)
+        if self._config is not None:
+            if config == self._config:
+                return
+            old_rank, old_ws, old_base = self._config
+            raise RuntimeError(
+                f"already initialized as rank {old_rank} of {old_ws} at {old_base!r}; "
+                f"cannot re-initialize as rank {rank} of {world_size} at {base_path!r} "
+                "without reset()"
+            )
+        if world_size == 1:  # parallel_state creates no queue for a group of one
+            self._config = config
+            return
+        mq_module = _shm_broadcast()
+        path = handle_path(base_path)
+        queue: Any = None
+        try:
+            if rank == 0:
+                readers = list(range(1, world_size))
+                queue = mq_module.MessageQueue(
+                    n_reader=world_size - 1,
+                    n_local_reader=world_size - 1,
+                    local_reader_ranks=readers,
+                    max_chunk_bytes=MAX_CHUNK_BYTES,
+                    max_chunks=MAX_CHUNKS,
+                )
+                entry = write_handle(path, world_size, asdict(queue.export_handle()))
+                self._handle = (path, entry)
+            else:
+                connect = self._deadlines["connect"]
+                entry = wait_for_handle(
+                    path,
+                    rank=rank,
+                    world_size=world_size,
+                    deadline=math.inf if connect is None else connect,
+                    used=_USED_NONCES,
+                )
+                handle = mq_module.Handle(**entry.handle)
+                queue = mq_module.MessageQueue.create_from_handle(handle, rank)
+            queue.wait_until_ready()
+        except BaseException:
+            self._teardown(queue)
+            raise
+        self._queue = queue
+        self._config = config
+        # Every reader has read the handle once wait_until_ready returns on the writer (it
+        # waits for each reader's subscription): the file has done its job.
+        self._remove_handle_file()
+
+    def broadcast(self, buffer: Any, root: int = 0) -> None:
+        """Rank 0 enqueues, the others dequeue into ``buffer`` in place.
+
+        ``buffer``: a bytes-like object (bytearray, memoryview, numpy array; read-only
+        bytes on rank 0 only), a torch CPU tensor, or a list/tuple of them sent as one
+        message.
+        """
+        if self._config is None:
+            raise RuntimeError("broadcast before initialize: call initialize() first")
+        if root != 0:
+            raise ValueError(f"root must be 0 (vLLM's writer is rank 0), got {root!r}")
+        rank, world_size, _ = self._config
+        many = isinstance(buffer, list | tuple)
+        buffers = list(buffer) if many else [buffer]
+        if world_size == 1:
+            return
+        io = self._deadlines["io"]
+        if rank == 0:
+            payloads = [_payload(b) for b in buffers]
+            started = time.monotonic()
+            try:
+                self._queue.enqueue(payloads if many else payloads[0], timeout=io)
+            except TimeoutError as exc:
+                raise TimeoutError(
+                    f"rank 0: vLLM MessageQueue.enqueue timed out (io deadline {io} s, "
+                    f"{time.monotonic() - started:.3f} s elapsed)"
+                ) from exc
+            return
+        views = [_writable_view(rank, i, b) for i, b in enumerate(buffers)]
+        started = time.monotonic()
+        try:
+            got = self._queue.dequeue(timeout=io)
+        except TimeoutError as exc:
+            raise TimeoutError(
+                f"rank {rank}: vLLM MessageQueue.dequeue timed out (io deadline {io} s, "
+                f"{time.monotonic() - started:.3f} s elapsed)"
+            ) from exc
+        received = list(got) if many and isinstance(got, list) else [got]
+        if many != isinstance(got, list) or len(received) != len(buffers):
+            sent = f"{len(got)} buffers" if isinstance(got, list) else "one buffer"
+            raise ValueError(f"rank {rank}: the root sent {sent}, this rank has {len(buffers)}")
+        for i, (target, view, item) in enumerate(zip(buffers, views, received, strict=True)):
+            _fill(rank, i, target, view, item)
+
+    def reset(self) -> None:
+        queue, self._queue, self._config = self._queue, None, None
+        self._teardown(queue)
+
+    def _teardown(self, queue: Any) -> None:
+        if queue is not None:
+            queue.shutdown()
+        del queue  # GroupCoordinator.destroy: self.mq_broadcaster = None
+        self._remove_handle_file()
+
+    def _remove_handle_file(self) -> None:
+        """Rank 0: remove the handle file if it is still the one this object wrote."""
+        written, self._handle = self._handle, None
+        if written is not None:
+            path, entry = written
+            try:
+                current = read_handle(path)
+            except RuntimeError:
+                current = None
+            if current is not None and current.nonce == entry.nonce:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+
+    def is_initialized(self) -> bool:
+        return self._config is not None
+
+
+def make() -> VllmBroadcaster:
+    """Factory for ``--tpbcast-impl tpbcast.conformance.adapters.vllm.adapter:make``.
+
+    Imports vLLM here, in the process that loads the implementation, so forked ranks
+    inherit the import (about 4 s) instead of each paying for it; a missing vLLM fails
+    here, naming what to install.
+    """
+    _shm_broadcast()
+    return VllmBroadcaster()
