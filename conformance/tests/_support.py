@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tpbcast.conformance._checks import PreconditionError, record
+from tpbcast.conformance._checks import PreconditionError, record, record_unjudged
+from tpbcast.conformance._results import Verdict
 from tpbcast.harness import CapabilityMissing
 from tpbcast.harness.rogue import rogue_peer
 from tpbcast.harness.runtime import WORKDIR_PREFIX
@@ -414,6 +415,21 @@ def precondition(cid: str, holds: object, what: str) -> None:
     """
     if not holds:
         raise PreconditionError(cid, what)
+
+
+def stageable(cid: str, holds: object, what: str) -> bool:
+    """Record ``cid`` UNSUPPORTED ("not stageable on this implementation: ...") unless
+    ``holds``; return ``bool(holds)``.
+
+    For a precondition the *implementation's own behaviour* denies, judged by another clause
+    (BCAST-13 needs a broadcast that fails on a dead peer: an implementation that hangs there
+    instead FAILs FAULT-1, and BCAST-13 cannot be staged on it).  Never PASS, never FAIL,
+    and not ERROR either: :func:`precondition` is for a fault the suite could not stage.
+    """
+    if holds:
+        return True
+    record_unjudged(cid, Verdict.UNSUPPORTED, f"not stageable on this implementation: {what}")
+    return False
 
 
 def clause(cid: str, sentence: str, got: object, *, rank: int | None = None) -> str:

@@ -244,6 +244,7 @@ def test_root_sees_peer_reset_as_closed(tpbcast_run, tpbcast_impl):
 
 
 @pytest.mark.clause("RESET-8")
+@pytest.mark.staged_via("uds-v1")  # s.fail_init_then_broadcast: a rogue peer
 def test_reset_then_reinit_after_failed_initialize_and_broadcast(tpbcast_run, tpbcast_impl):
     def target(ctx):
         failed_init, failed_bcast, bcast = s.fail_init_then_broadcast(

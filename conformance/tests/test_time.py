@@ -342,6 +342,7 @@ def _raw_root(ctx, first: bytes, hold: float) -> int:
 
 
 @pytest.mark.clause("TIME-5")
+@pytest.mark.staged_via("uds-v1")
 def test_root_that_stops_writing(tpbcast_run, tpbcast_impl):
     """Two groups side by side: a peer with io _LOW / _HIGH waits for 1000 bytes from a
     byte-level root that sends 100 and stalls."""
