@@ -18,7 +18,9 @@ session already runs tests in parallel), with ``tests/`` on PYTHONPATH.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -157,9 +159,33 @@ def test_no_capabilities_is_not_claimed_to_conform(tmp_path):
 # ------------------------------------------------------------------------------ fast kills
 
 
+def _sweep_shm_ring_segments():
+    """Remove the /dev/shm segments of ``shm_ring`` mutants whose creator is gone (the
+    named ``tpbshm-<pid>-<hex>``; ``m_shm_leaked_segment`` leaves one per group by design)."""
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) != 3 or parts[0] != "tpbshm" or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join("/dev/shm", name))
+        except OSError:
+            continue
+
+
 @pytest.mark.parametrize("subject", FAST, ids=lambda s: s.name)
 def test_fast_mutant_is_killed(subject, tmp_path):
-    run = _judge(subject, tmp_path, subject.kills)
+    try:
+        run = _judge(subject, tmp_path, subject.kills)
+    finally:
+        if subject.name.startswith("m_shm_"):
+            _sweep_shm_ring_segments()
     survivors = run.survivors
     assert not survivors, (
         f"{subject.name} ({subject.defect}) survives: "
@@ -197,7 +223,7 @@ def _run(subject, verdicts, wall, levels=None):
 
 
 def test_matrix_judgement_and_reports():
-    reference, native = mt.baselines()
+    reference, native, _shm_ring = mt.baselines()
     killed = mt.Subject("m_killed", "x:make", "d", kills=("INIT-1",))
     survivor = mt.Subject("m_survivor", "x:make", "d", kills=("INIT-1", "FAULT-5"))
     control = mt.Subject("m_control", "x:make", "d", must_pass=True)

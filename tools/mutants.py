@@ -3,8 +3,10 @@
 A suite is only trusted if it fails wrong implementations.  Each ``tests/mutants/m_*.py``
 breaks the reference in one way and names the clauses that must come out FAIL (``KILLS``;
 convention in ``tests/mutants/__init__.py``).  This tool runs ``python -m
-tpbcast.conformance`` against each of them, plus two baselines that must FAIL no MUST
-clause (the reference, and the native C example adapter), and writes
+tpbcast.conformance`` against each of them, plus three baselines that must FAIL no MUST
+clause (the reference, the native C example adapter, and ``tests/mutants/shm_ring.py``, a
+shared-memory ring of transport ``shm`` for which every ``uds-v1`` clause is
+NOT_APPLICABLE, shown ``n``; the ``m_shm_*`` mutants are cut from it), and writes
 ``reports/mutants/``: ``index.html`` and ``mutants.md`` (a summary table and the matrix
 row x clause, MUST/SHOULD/MAY marked in the header, intended cells highlighted),
 ``mutants.json``, and each run's own conformance report under ``runs/<row>/``::
@@ -46,6 +48,9 @@ MUTANTS_DIR: Final = TESTS_DIR / "mutants"
 REPORT_DIR: Final = REPO / "reports" / "mutants"
 REFERENCE: Final = "tpbcast.reference_impl.conformance_adapter:make"
 NATIVE: Final = "tpbcast.conformance.adapters.native.adapter:make"
+# The shared-memory ring written for the suite (transport "shm"): the baseline of the
+# m_shm_* mutants; every uds-v1 clause is NOT_APPLICABLE for it.
+SHM_RING: Final = "mutants.shm_ring:make"
 RATIO_LIMIT: Final = 2.0
 _CELL: Final = {
     "PASS": "P",
@@ -55,6 +60,8 @@ _CELL: Final = {
     "NOT_APPLICABLE": "n",
     "NOT_TESTED": "-",
 }
+# Verdicts that say nothing about whether a baseline holds a clause (a kill still counts).
+_SILENT: Final = ("PASS", "NOT_APPLICABLE", None)
 _LEVEL_MARK: Final = {"MUST": "M", "SHOULD": "S", "MAY": "m"}
 _MUST_BAD: Final = "MUST FAIL/ERROR where none may be"
 
@@ -214,6 +221,13 @@ def baselines() -> list[Subject]:
         Subject(
             "native", NATIVE, "native C example adapter: must FAIL no MUST clause", baseline=True
         ),
+        Subject(
+            "shm-ring",
+            SHM_RING,
+            "shared-memory ring (tests/mutants/shm_ring.py, transport shm): must FAIL no MUST "
+            "clause",
+            baseline=True,
+        ),
     ]
 
 
@@ -291,6 +305,9 @@ def load_run(subject: Subject, report_dir: Path) -> Run:
 def judge(runs: Sequence[Run]) -> list[Row]:
     """Each run against what is expected of its row; ratios to the reference's wall time."""
     references = [r for r in runs if r.subject.spec == REFERENCE and r.doc is not None]
+    # The correct implementations a mutant is cut from (the native example is a baseline
+    # of MUST clauses only: it FAILs SHOULD ones by design).
+    correct = [r for r in runs if r.subject.spec in (REFERENCE, SHM_RING) and r.doc is not None]
     rows = []
     for run in runs:
         subject = run.subject
@@ -302,16 +319,17 @@ def judge(runs: Sequence[Run]) -> list[Row]:
                 problems.append(f"SURVIVES: {got}")
             if (subject.baseline or subject.must_pass) and run.must_failures:
                 problems.append(f"{_MUST_BAD}: {', '.join(run.must_failures)}")
-        # A kill only means something if the reference holds the same clause.
+        # A kill only means something if the baselines hold the same clause (one of another
+        # transport is NOT_APPLICABLE there: it says nothing either way).
         doubted = {
-            f"{c} ({ref.verdict(c)})"
-            for ref in references
-            if ref is not run
+            f"{c} ({base.verdict(c)} for {base.subject.name})"
+            for base in correct
+            if base is not run
             for c in subject.kills
-            if ref.verdict(c) not in ("PASS", None)
+            if base.verdict(c) not in _SILENT
         }
         if doubted:
-            remarks.append(f"the reference is not PASS on {', '.join(sorted(doubted))}")
+            remarks.append(f"a baseline is not PASS on {', '.join(sorted(doubted))}")
         base = next((r for r in references if r.selection == run.selection), None)
         timed = base is not None and base.wall > 0 and run.doc is not None
         ratio = run.wall / base.wall if timed and base is not None else None
@@ -472,8 +490,8 @@ def render_markdown(rows: Sequence[Row], *, fast: bool) -> str:
         f"- Mode: {'fast (each mutant on its KILLS only)' if fast else 'full suite'}; "
         f"generated {datetime.now(UTC).isoformat(timespec='seconds')}; "
         f"{len(rows)} rows, {total:.0f} s of suite runs",
-        "- Cells: P PASS, F FAIL, E ERROR, U UNSUPPORTED, n NOT_APPLICABLE, - NOT_TESTED, "
-        "blank: not selected; "
+        "- Cells: P PASS, F FAIL, E ERROR, U UNSUPPORTED, n NOT_APPLICABLE (a clause of "
+        "another transport), - NOT_TESTED, blank: not selected; "
         "**bold**: an intended (KILLS) clause. Header: M MUST, S SHOULD, m MAY.",
         "- Each row's own report: `runs/<row>/conformance.md`.",
         "",
@@ -598,8 +616,10 @@ def write_reports(rows: Sequence[Row], directory: Path, *, fast: bool) -> None:
 
 
 def select(subjects: Sequence[Subject], names: Sequence[str]) -> list[Subject]:
-    """The subjects named (``wording`` or ``m_wording``; ``reference``, ``native``)."""
-    wanted = {n if n in ("reference", "native") or n.startswith("m_") else f"m_{n}" for n in names}
+    """The subjects named (``wording`` or ``m_wording``; ``reference``, ``native``,
+    ``shm-ring``)."""
+    plain = ("reference", "native", "shm-ring")
+    wanted = {n if n in plain or n.startswith("m_") else f"m_{n}" for n in names}
     unknown = wanted - {s.name for s in subjects}
     if unknown:
         raise SystemExit(f"error: no such row: {', '.join(sorted(unknown))}")
@@ -626,6 +646,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         subjects = select(everything, args.only)
         if not args.no_baselines and all(s.spec != REFERENCE for s in subjects):
             subjects.insert(0, everything[0])  # the reference: wall-time ratio, kill check
+        shm = next(s for s in everything if s.spec == SHM_RING)
+        shm_rows = any(s.name.startswith("m_shm_") for s in subjects)
+        if not args.no_baselines and shm_rows and shm not in subjects:
+            subjects.insert(1, shm)  # what an shm mutant's kills are checked against
     else:
         subjects = everything
         if args.fast:

@@ -62,6 +62,7 @@ AREAS: Final = (
     "FALLBACK",
     "HYG",
     "ADAPT",
+    "SHM",
 )
 #: RFC 2119 levels, strongest first.
 LEVELS: Final = ("MUST", "SHOULD", "MAY")

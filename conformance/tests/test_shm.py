@@ -1,0 +1,838 @@
+"""SHM: shared-memory transports, judged from outside (scope ``shm``; issue 22, Deliver 5).
+
+Every fault is staged by the harness or by the suite's own code in a rank (SIGKILL of a
+rank or of its process group, a reader that stops reading, reset() from another thread)
+and first proven to have happened; the reaction is observed from outside the
+implementation (``_shm``: ``/proc/<pid>/fd``, ``/maps``, ``/proc/net/unix``, directory
+listings, ``os.stat``, ``/proc/<pid>/task/*/children``).  A call a wrong implementation
+blocks in runs in a daemon thread (``_watch.Call``): at the clause's bound the rank stops
+waiting and the test judges FAIL, so a hang is judged, not waited out.  Dead-peer tests
+keep broadcasting at least 64 times, and more than the ring holds.
+
+Optional adapter members read here, never required: ``chunk_size()`` (bytes per ring
+slot: payloads of several chunks) and ``ring_slots()`` (how many chunks the writer may
+run ahead of its slowest reader).  With the ``deadlines`` capability the I/O deadline is
+set to 60 s, far above every bound here: a detection must come from the implementation
+seeing the death, not from a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tpbcast.harness import Kill
+
+from . import _shm, _watch
+from . import _support as s
+
+DETECT = 10.0  # SHM-5, SHM-6, SHM-9, SHM-11: a dead peer or a lost payload is an error by then
+RELEASE = 5.0  # SHM-7, SHM-8: reset releases a blocked call by then
+HELPER_GRACE = 5.0  # SHM-12
+MIN_BROADCASTS = 64
+IO = 60.0  # the I/O deadline set when the implementation has ``deadlines``
+STUCK_WINDOW = 0.5  # a call that made no progress for this long is blocked (observation)
+GROUP = 40.0
+SPREAD_TOP = 24  # without chunk_size(): sizes around 2**k up to 16 MiB
+
+
+def _make(impl):
+    return s.make(impl, connect=10.0, init=10.0, io=IO)
+
+
+def _member(bcast, name, default):
+    """An optional adapter member (``chunk_size``, ``ring_slots``), or ``default``."""
+    get = getattr(bcast, name, None)
+    if callable(get):
+        try:
+            return int(get())
+        except Exception:
+            return default
+    return default
+
+
+def _broadcasts(bcast):
+    """How many broadcasts a dead-peer test makes: at least 64, more than the ring holds."""
+    return max(MIN_BROADCASTS, 2 * _member(bcast, "ring_slots", 0) + 2)
+
+
+def _chunk(bcast):
+    return _member(bcast, "chunk_size", 64 * 1024)
+
+
+def _above_chunk(bcast):
+    """A payload of several chunks: twice the declared chunk size plus one byte, or without
+    ``chunk_size()`` 16 MiB + 1 (above any slot size an engine plausibly uses, so a
+    transport with a second path for large messages takes it)."""
+    chunk = _member(bcast, "chunk_size", 0)
+    return 2 * chunk + 1 if chunk else (16 << 20) + 1
+
+
+def _loop(bcast, count, size, progress, root):
+    """``count`` broadcasts of ``size`` bytes; ``progress`` gets each finished index."""
+    for index in range(count):
+        buf = bytearray(b"\x5a" * size) if root else bytearray(size)
+        bcast.broadcast(buf)
+        progress.append(index)
+    return len(progress)
+
+
+def _stuck(call, progress, timeout=10.0):
+    """True once ``call`` made no progress for STUCK_WINDOW s (proving a call does not
+    move needs an observation window); False if it ended or ``timeout`` passed first."""
+    deadline = time.monotonic() + timeout
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        if call.done:
+            return False
+        now, seen = time.monotonic(), len(progress)
+        if seen != last:
+            last, since = seen, now
+        elif now - since >= STUCK_WINDOW:
+            return True
+        time.sleep(0.01)  # polling interval of the observation, not a synchronisation
+    return False
+
+
+def _pid_file(ctx, rank):
+    return os.path.join(ctx.workdir, f".pid{rank}")
+
+
+def _publish_pid(ctx):
+    with open(_pid_file(ctx, ctx.rank) + ".tmp", "w") as fh:
+        fh.write(str(os.getpid()))
+    os.replace(_pid_file(ctx, ctx.rank) + ".tmp", _pid_file(ctx, ctx.rank))
+
+
+def _await_death(ctx, rank, timeout=15.0):
+    """Poll until ``rank``'s process has exited; the monotonic time then, or None."""
+    path = _pid_file(ctx, rank)
+    if not s.wait_for(lambda: os.path.exists(path), timeout):
+        return None
+    with open(path) as fh:
+        pid = int(fh.read())
+    if not s.wait_for(lambda: _shm.dead(pid), timeout):
+        return None
+    return time.monotonic()
+
+
+def _kill_own_group(ctx):
+    """The fault of the process-group variants: SIGKILL to this rank's process group."""
+    ctx.record("fault", action="SIGKILL to the rank's process group")
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _reset_bounded(bcast, bound=RELEASE):
+    """reset() in a daemon thread: (returned within ``bound``, what it raised)."""
+    call = _watch.Call(bcast.reset)
+    call.wait(bound)
+    end = call.ended()
+    return end.done, end.raised
+
+
+# ------------------------------------------------------------------ SHM-1, SHM-4, SHM-12
+
+
+def _observed_life(impl, obs, *, watch_root=False, victim=None, how="kill"):
+    """init, broadcasts, observe what each rank holds; then the victim dies (``how``:
+    ``kill`` by the harness plan, ``killpg`` by the rank itself) and the others reset."""
+
+    def target(ctx):
+        _shm.private_tmp(ctx.workdir)
+        _publish_pid(ctx)
+        me = os.path.join(obs, f"r{ctx.rank}")
+        _shm.save(me + ".pgrp", os.getpgrp())
+        ctx.sync("ready")
+        before, kids = _shm.held(), _shm.descendants()
+        early: dict[str, _shm.Held] = {}
+        if watch_root and ctx.rank == 1:
+            base_dir = os.path.dirname(ctx.base_path)
+            listed = set(s.entries(base_dir))
+            ctx.notify("listed")
+            ctx.wait("initializing", timeout=15)
+            pid0 = _shm.load(os.path.join(obs, "r0.pid"))
+            root_before = _shm.load(os.path.join(obs, "r0.before"), {})
+
+            def appeared():
+                return set(s.entries(base_dir)) - listed or _shm.new_held(
+                    root_before, _shm.held(pid0)
+                )
+
+            s.wait_for(appeared, 5.0)
+            early = _shm.new_held(root_before, _shm.held(pid0))
+            loose = _shm.modes_in(base_dir, sorted(set(s.entries(base_dir)) - listed))
+            _shm.save(me + ".early", (early, loose))
+        if watch_root and ctx.rank == 0:
+            _shm.save(os.path.join(obs, "r0.pid"), os.getpid())
+            _shm.save(os.path.join(obs, "r0.before"), before)
+            ctx.wait("listed", timeout=15)
+            ctx.notify("initializing")
+        bcast = _make(impl)
+        bcast.initialize(ctx.rank, ctx.world_size, ctx.base_path)
+        seen = _shm.new_held(before, _shm.held())
+        s.group_roundtrip(ctx, bcast, [100, 3 * _chunk(bcast) + 1, 1])
+        seen.update(_shm.new_held(before, _shm.held()))
+        helpers = _shm.descendants() - kids
+        _shm.save(me, {"held": seen, "helpers": helpers})
+        ctx.sync("observed")
+        if victim in (ctx.rank, "all"):
+            if how == "killpg":
+                _kill_own_group(ctx)
+            ctx.point("die")
+        if victim is not None:
+            _await_death(ctx, 0 if victim == "all" else victim)
+        returned, raised = _reset_bounded(bcast)
+        left = _shm.alive(helpers)
+        return returned, raised, left
+
+    return target
+
+
+def _gather(obs, world_size):
+    held, helpers = {}, set()
+    for rank in range(world_size):
+        seen = _shm.load(os.path.join(obs, f"r{rank}"), {"held": {}, "helpers": set()})
+        held.update(seen["held"])
+        helpers |= seen["helpers"]
+    return held, helpers
+
+
+def _judge_left(cid, result, obs, when):
+    """Held names still named anywhere, and anything new in the group's workdir (the base
+    path's directory and the ranks' TMPDIR: the harness's leftover check)."""
+    held, _ = _gather(obs, result.world_size)
+    left = _shm.named_now(held, [_shm.SHM_DIR, "/tmp"])
+    s.check(
+        cid,
+        not left,
+        f"no name the implementation created is left ({when})",
+        f"still there: {left}",
+    )
+    left = [p for p in result.leftover_files if not os.path.basename(p).startswith(".pid")]
+    s.check(
+        cid,
+        not left,
+        f"nothing is left in the base path's directory, which is also TMPDIR ({when})",
+        f"left: {left}",
+    )
+
+
+def _judge_helpers(result, obs, when):
+    _, helpers = _gather(obs, result.world_size)
+    for outcome in result.outcomes:
+        if s.status_of(outcome) == "OK" and outcome.value is not None:
+            _, _, left = outcome.value
+            s.check(
+                "SHM-12",
+                not left,
+                f"no process the implementation started is alive when reset returns ({when})",
+                _shm.describe(left),
+                rank=outcome.rank,
+            )
+    still = _shm.wait_gone(helpers, HELPER_GRACE)
+    s.check(
+        "SHM-12",
+        not still,
+        f"no process the implementation started is alive {HELPER_GRACE:g} s after its "
+        f"rank ended ({when})",
+        _shm.describe(still),
+    )
+
+
+def _obs_dir(tmp_path):
+    """Where ranks leave their observations (outside the group's workdir, which is judged)."""
+    obs = tmp_path / "obs"
+    obs.mkdir()
+    return str(obs)
+
+
+@pytest.mark.clause("SHM-1", "SHM-4", "SHM-12")
+@pytest.mark.world_size(2, 3)
+def test_reset_leaves_no_name_and_names_are_private(
+    tpbcast_run, tpbcast_impl, tmp_path, world_size
+):
+    obs = _obs_dir(tmp_path)
+    result = tpbcast_run(_observed_life(tpbcast_impl, obs, watch_root=True), timeout=GROUP)
+    s.precondition(
+        "SHM-1",
+        all(o.value[0] for o in result.outcomes),
+        "a rank's reset() did not return",
+    )
+    _judge_left("SHM-1", result, obs, "every rank reset")
+    held, _ = _gather(obs, world_size)
+    early, loose_files = _shm.load(os.path.join(obs, "r1.early"), ({}, []))
+    loose = sorted(set(_shm.loose(held) + _shm.loose(early) + loose_files))
+    s.check(
+        "SHM-4",
+        held or early,
+        "the suite saw the names the implementation holds (segment, socket, file)",
+        "no name at all: nothing to judge the modes of",
+    )
+    s.check(
+        "SHM-4",
+        not loose,
+        "every segment, IPC socket and rendezvous file is 0600 or stricter",
+        loose,
+    )
+    _judge_helpers(result, obs, "after reset")
+
+
+_EXIT_SCRIPT = """
+import os, sys
+from tpbcast.harness import load_implementation
+from tpbcast.conformance.tests import _shm
+spec, rank, world, base, out = sys.argv[1:6]
+rank, world = int(rank), int(world)
+impl = load_implementation(spec)
+before, kids = _shm.held(), _shm.descendants()
+bcast = impl.create()
+bcast.reset()
+if impl.supports("deadlines"):
+    bcast.set_deadlines(connect=20.0, init=20.0, io=20.0)
+bcast.initialize(rank, world, base)
+seen = _shm.new_held(before, _shm.held())
+buf = bytearray(b"x" * 100) if rank == 0 else bytearray(100)
+bcast.broadcast(buf)
+seen.update(_shm.new_held(before, _shm.held()))
+_shm.save(out, {"held": seen, "helpers": _shm.descendants() - kids, "ok": bytes(buf) == b"x" * 100})
+print("broadcast done", flush=True)
+# no reset(): the interpreter exits normally (atexit handlers run)
+"""
+
+
+@pytest.mark.clause("SHM-2", "SHM-12")
+def test_normal_exit_leaves_no_name(tpbcast_run, tpbcast_impl, tmp_path):
+    obs = _obs_dir(tmp_path)
+    path = os.pathsep.join(p for p in sys.path if p)
+
+    def target(ctx):
+        env = dict(os.environ, TMPDIR=ctx.workdir, PYTHONPATH=path)
+        out = os.path.join(obs, f"r{ctx.rank}")
+        argv = [sys.executable, "-c", _EXIT_SCRIPT, tpbcast_impl.spec]
+        argv += [str(ctx.rank), "2", ctx.base_path, out]
+        try:
+            proc = subprocess.run(argv, capture_output=True, timeout=30, check=False, env=env)
+        except subprocess.TimeoutExpired:
+            return False, None, "the interpreter did not end within 30 s"
+        ran = b"broadcast done" in proc.stdout
+        return ran, proc.returncode, proc.stderr.decode(errors="replace")[-1500:]
+
+    result = tpbcast_run(target, 2, timeout=GROUP)
+    for outcome in result.outcomes:
+        ran, code, err = outcome.value
+        s.precondition(
+            "SHM-2",
+            ran and code == 0,
+            f"rank {outcome.rank}'s interpreter did not broadcast and exit normally "
+            f"(exit status {code}): {err}",
+        )
+    _judge_left("SHM-2", result, obs, "every rank's interpreter exited without reset")
+    _, helpers = _gather(obs, 2)
+    still = _shm.wait_gone(helpers, HELPER_GRACE)
+    s.check(
+        "SHM-12",
+        not still,
+        f"no process the implementation started is alive {HELPER_GRACE:g} s after its "
+        "rank's interpreter exited",
+        _shm.describe(still),
+    )
+
+
+# ------------------------------------------------------------------ SHM-3, SHM-12
+
+
+@pytest.mark.clause("SHM-3", "SHM-12")
+@pytest.mark.parametrize(
+    "case",
+    [(0, "kill"), (0, "killpg"), (1, "kill"), ("all", "kill")],
+    ids=["root-sigkill", "root-group-sigkill", "reader-sigkill", "every-rank-sigkill"],
+)
+def test_sigkill_leaves_no_name(tpbcast_run, tpbcast_impl, tpbcast_faults, tmp_path, case):
+    victim, how = case
+    obs = _obs_dir(tmp_path)
+    victims = [0, 1] if victim == "all" else [victim]
+    if how == "kill":
+        for rank in victims:
+            tpbcast_faults.at(rank, "die", Kill(signal.SIGKILL))
+    result = tpbcast_run(
+        _observed_life(tpbcast_impl, obs, victim=victim, how=how),
+        2,
+        faults=tpbcast_faults,
+        fail_fast=False,
+        expect_failure=True,
+        timeout=GROUP,
+    )
+    test_pgrp = os.getpgrp()
+    for rank in victims:
+        outcome = result.outcomes[rank]
+        s.precondition(
+            "SHM-3",
+            outcome.signal_name == "SIGKILL",
+            f"the fault did not happen: rank {rank}: {outcome.summary()}",
+        )
+        s.precondition(
+            "SHM-3",
+            _shm.load(os.path.join(obs, f"r{rank}.pgrp")) != test_pgrp,
+            "the rank shares the test's process group",
+        )
+    what = {
+        "kill": f"rank {victim} SIGKILLed",
+        "killpg": f"rank {victim}'s process group SIGKILLed",
+    }[how]
+    if victim == "all":
+        what = "every rank SIGKILLed"
+    _judge_left("SHM-3", result, obs, what)
+    _judge_helpers(result, obs, what)
+
+
+# ------------------------------------------------------------------ SHM-5
+
+
+@pytest.mark.clause("SHM-5")
+@pytest.mark.parametrize("how", ["kill", "killpg"])
+def test_readers_detect_a_dead_writer(tpbcast_run, tpbcast_impl, tpbcast_faults, how):
+    """Rank 0 dies while both readers wait in broadcast; each must raise within DETECT s
+    of the death (broadcasting again, up to 64 times, until one raises)."""
+    if how == "kill":
+        tpbcast_faults.at(0, "die", Kill(signal.SIGKILL))
+
+    def target(ctx):
+        _publish_pid(ctx)
+        bcast = _make(tpbcast_impl)
+        bcast.initialize(ctx.rank, 3, ctx.base_path)
+        first = s.group_roundtrip(ctx, bcast, [4096])
+        if ctx.rank == 0:
+            ctx.wait("waiting1", timeout=15)
+            ctx.wait("waiting2", timeout=15)
+            if how == "killpg":
+                _kill_own_group(ctx)
+            ctx.point("die")
+            return None
+        progress: list[int] = []
+        call = _watch.Call(_loop, bcast, _broadcasts(bcast), 4096, progress, False)
+        _stuck(call, progress, timeout=5.0)  # waiting in its first broadcast (or ended)
+        ctx.notify(f"waiting{ctx.rank}")
+        died = _await_death(ctx, 0)
+        if died is None:
+            return first, None, None, list(progress)
+        call.wait(max(0.0, died + DETECT - time.monotonic()))
+        end = call.ended()
+        after = None if not end.done else end.waited - (died - call.started)
+        return first, end, after, list(progress)
+
+    result = tpbcast_run(
+        target, 3, faults=tpbcast_faults, fail_fast=False, expect_failure=True, timeout=GROUP
+    )
+    root = result.outcomes[0]
+    s.precondition(
+        "SHM-5", root.signal_name == "SIGKILL", f"the fault did not happen: {root.summary()}"
+    )
+    for outcome in result.outcomes[1:]:
+        rank = outcome.rank
+        if not s.check(
+            "SHM-5",
+            s.status_of(outcome) == "OK",
+            f"reader {rank} lives on when rank 0 dies",
+            outcome.summary(),
+            rank=rank,
+        ):
+            continue
+        _first, end, after, progress = outcome.value
+        s.precondition("SHM-5", end is not None, f"reader {rank} never saw rank 0 exit")
+        s.check(
+            "SHM-5",
+            not progress,
+            f"reader {rank}: no broadcast returns after rank 0 died (it sent nothing more)",
+            f"{len(progress)} broadcast(s) returned a payload rank 0 never sent",
+            rank=rank,
+        )
+        s.check(
+            "SHM-5",
+            end.failed,
+            f"reader {rank}: its pending broadcast raises within {DETECT:g} s of rank 0's death "
+            f"({'its process group' if how == 'killpg' else 'rank 0'} SIGKILLed)",
+            f"{end}" + ("" if after is None else f" ({after:.2f}s after the death)"),
+            rank=rank,
+        )
+
+
+# ------------------------------------------------------------------ SHM-6
+
+
+@pytest.mark.clause("SHM-6")
+def test_writer_detects_a_dead_reader_on_a_full_ring(tpbcast_run, tpbcast_impl, tpbcast_faults):
+    """Reader 1 is SIGKILLed; rank 0 keeps broadcasting (at least 64 times, more than the
+    ring holds) while reader 2 keeps reading: rank 0 must raise, naming peer 1, within
+    DETECT s of the death."""
+    tpbcast_faults.at(1, "die", Kill(signal.SIGKILL))
+
+    def target(ctx):
+        _publish_pid(ctx)
+        bcast = _make(tpbcast_impl)
+        bcast.initialize(ctx.rank, 3, ctx.base_path)
+        s.group_roundtrip(ctx, bcast, [4096])
+        size = min(_chunk(bcast), 64 * 1024)
+        count = _broadcasts(bcast)
+        if ctx.rank == 1:
+            ctx.point("die")
+            return None
+        died = _await_death(ctx, 1)
+        progress: list[int] = []
+        call = _watch.Call(_loop, bcast, count, size, progress, ctx.rank == 0)
+        if ctx.rank == 2:
+            # Reads on until rank 0 fails and resets (not judged here: SHM-8's subject).
+            _watch.notified(ctx, "root_done", DETECT + RELEASE)
+            call.wait(RELEASE)
+            return None
+        if died is None:
+            ctx.notify("root_done")
+            return None, None, count
+        call.wait(max(0.0, died + DETECT - time.monotonic()))
+        end = call.ended()
+        ctx.notify("root_done")
+        if end.done:
+            _reset_bounded(bcast)
+        return end, len(progress), count
+
+    result = tpbcast_run(
+        target, 3, faults=tpbcast_faults, fail_fast=False, expect_failure=True, timeout=GROUP
+    )
+    victim, root = result.outcomes[1], result.outcomes[0]
+    s.precondition(
+        "SHM-6", victim.signal_name == "SIGKILL", f"the fault did not happen: {victim.summary()}"
+    )
+    if not s.check("SHM-6", s.status_of(root) == "OK", "rank 0 lives on", root.summary(), rank=0):
+        return
+    end, done, count = root.value
+    s.precondition("SHM-6", end is not None, "rank 0 never saw reader 1 exit")
+    s.precondition(
+        "SHM-6",
+        end.failed or not end.done or done < count,
+        f"the ring never filled: all {count} broadcasts returned",
+    )
+    if not s.check(
+        "SHM-6",
+        end.failed,
+        f"rank 0's broadcasts after reader 1's death raise within {DETECT:g} s "
+        f"(at most {count} broadcasts)",
+        f"{end} after {done} broadcast(s)",
+        rank=0,
+    ):
+        return
+    s.check("SHM-6", s.mentions(end.raised, 1), "the error names reader 1", end.raised, rank=0)
+
+
+# ------------------------------------------------------------------ SHM-7, SHM-8
+
+
+@pytest.mark.clause("SHM-7")
+def test_reset_releases_a_blocked_writer(tpbcast_run, tpbcast_impl):
+    def target(ctx):
+        bcast = _make(tpbcast_impl)
+        bcast.initialize(ctx.rank, 2, ctx.base_path)
+        s.group_roundtrip(ctx, bcast, [100])
+        if ctx.rank == 1:
+            ctx.wait("writer_done", timeout=30)  # the reader stops reading: the ring fills
+            _reset_bounded(bcast)
+            return None
+        progress: list[int] = []
+        count = _broadcasts(bcast)
+        call = _watch.Call(_loop, bcast, count, min(_chunk(bcast), 64 * 1024), progress, True)
+        stuck = _stuck(call, progress)
+        if not stuck:
+            ctx.notify("writer_done")
+            return False, call.ended(), None, None
+        start = time.monotonic()
+        returned, raised = _reset_bounded(bcast)
+        call.wait(max(0.0, start + RELEASE - time.monotonic()))
+        end = call.ended()
+        ctx.notify("writer_done")
+        return True, end, returned, raised
+
+    result = tpbcast_run(target, 2, timeout=GROUP)
+    stuck, end, returned, raised = result.outcomes[0].value
+    s.precondition("SHM-7", stuck, f"rank 0 never blocked on a full ring: its broadcasts {end}")
+    s.check(
+        "SHM-7",
+        returned,
+        f"reset() returns within {RELEASE:g} s while a broadcast waits for room",
+        "it was still running" if not returned else raised,
+        rank=0,
+    )
+    s.check(
+        "SHM-7",
+        end.failed,
+        f"the waiting broadcast raises within {RELEASE:g} s of reset()",
+        end,
+        rank=0,
+    )
+
+
+@pytest.mark.clause("SHM-8")
+@pytest.mark.parametrize("by", ["own-reset", "root-reset"])
+def test_reset_releases_a_blocked_reader(tpbcast_run, tpbcast_impl, by):
+    def target(ctx):
+        bcast = _make(tpbcast_impl)
+        bcast.initialize(ctx.rank, 2, ctx.base_path)
+        s.group_roundtrip(ctx, bcast, [100])
+        if ctx.rank == 0:
+            ctx.wait("reader_blocked", timeout=30)
+            if by == "root-reset":
+                _reset_bounded(bcast)
+                ctx.notify("root_reset")
+            ctx.wait("reader_done", timeout=30)
+            if by != "root-reset":
+                _reset_bounded(bcast)
+            return None
+        progress: list[int] = []
+        call = _watch.Call(_loop, bcast, 1, 100, progress, False)
+        stuck = _stuck(call, progress)
+        ctx.notify("reader_blocked")
+        returned = raised = None
+        if not stuck:
+            ctx.notify("reader_done")
+            return False, call.ended(), None, None
+        if by == "root-reset":
+            _watch.notified(ctx, "root_reset", 15)
+            start = time.monotonic()
+        else:
+            start = time.monotonic()
+            returned, raised = _reset_bounded(bcast)
+        call.wait(max(0.0, start + RELEASE - time.monotonic()))
+        end = call.ended()
+        ctx.notify("reader_done")
+        if by == "root-reset" and end.done:
+            _reset_bounded(bcast)
+        return True, end, returned, raised
+
+    result = tpbcast_run(target, 2, timeout=GROUP)
+    stuck, end, returned, raised = result.outcomes[1].value
+    s.precondition("SHM-8", stuck, f"the reader never blocked: its broadcast {end}")
+    who = "its own reset() from another thread" if by == "own-reset" else "rank 0's reset()"
+    if by == "own-reset":
+        s.check(
+            "SHM-8",
+            returned,
+            f"the reader's reset() returns within {RELEASE:g} s while its broadcast waits",
+            "it was still running" if not returned else raised,
+            rank=1,
+        )
+    s.check(
+        "SHM-8",
+        end.failed,
+        f"a reader's broadcast waiting for data raises within {RELEASE:g} s of {who}",
+        end,
+        rank=1,
+    )
+
+
+# ------------------------------------------------------------------ SHM-9
+
+
+@pytest.mark.clause("SHM-9")
+@pytest.mark.parametrize("how", ["reset", "exit", "kill"])
+@pytest.mark.parametrize("when", ["queued", "in-flight"])
+def test_payload_before_teardown_is_delivered_or_reported(
+    tpbcast_run, tpbcast_impl, tpbcast_faults, how, when
+):
+    """Rank 0's broadcast returns, then rank 0 resets, exits without reset or is
+    SIGKILLed.  ``queued``: a small payload the reader only asks for after the teardown;
+    ``in-flight``: the reader is already waiting and the payload is above the chunk size
+    (several chunks; vLLM's overflow path)."""
+    if how == "kill":
+        tpbcast_faults.at(0, "teardown", Kill(signal.SIGKILL))
+
+    def target(ctx):
+        _publish_pid(ctx)
+        bcast = _make(tpbcast_impl)
+        bcast.initialize(ctx.rank, 2, ctx.base_path)
+        s.group_roundtrip(ctx, bcast, [100])
+        size = 100 if when == "queued" else _above_chunk(bcast)
+        data = s.payload(ctx.seed, size, ("shm9", how, when))
+        if ctx.rank == 0:
+            if when == "in-flight":
+                ctx.wait("reader_waiting", timeout=15)
+            bcast.broadcast(bytearray(data))
+            ctx.notify("sent")
+            if how == "reset":
+                _reset_bounded(bcast)
+            ctx.point("teardown")
+            return "sent"
+        buf = bytearray(b"\xa5" * size)
+        call = None
+        if when == "in-flight":
+            call = _watch.Call(bcast.broadcast, buf)
+            _stuck(call, [], timeout=5.0)
+            ctx.notify("reader_waiting")
+        sent = _watch.notified(ctx, "sent", 30)
+        gone = _await_death(ctx, 0)
+        if call is None:
+            call = _watch.Call(bcast.broadcast, buf)
+        start = time.monotonic() if gone is None else gone
+        call.wait(max(0.0, start + DETECT - time.monotonic()))
+        end = call.ended()
+        got = s.digest(buf) if end.done else None
+        return sent, gone is not None, end, got, s.digest(data)
+
+    result = tpbcast_run(
+        target, 2, faults=tpbcast_faults, fail_fast=False, expect_failure=True, timeout=GROUP
+    )
+    root, reader = result.outcomes
+    if how == "kill":
+        s.precondition(
+            "SHM-9", root.signal_name == "SIGKILL", f"the fault did not happen: {root.summary()}"
+        )
+    else:
+        s.precondition("SHM-9", s.status_of(root) == "OK", f"rank 0 failed: {root.summary()}")
+    if not s.check(
+        "SHM-9", s.status_of(reader) == "OK", "the reader lives on", reader.summary(), rank=1
+    ):
+        return
+    sent, gone, end, got, want = reader.value
+    s.precondition("SHM-9", sent and gone, "rank 0's broadcast did not return before it ended")
+    teardown = {"reset": "reset()", "exit": "exit without reset", "kill": "SIGKILL"}[how]
+    s.check(
+        "SHM-9",
+        end.done and (end.failed or got == want),
+        f"a {when} payload rank 0 sent before its {teardown} reaches the reader intact, or "
+        f"the reader's broadcast raises within {DETECT:g} s",
+        end if not end.done or end.failed else "it returned other bytes than rank 0 sent",
+        rank=1,
+    )
+
+
+# ------------------------------------------------------------------ SHM-10
+
+
+def _sizes(chunk, slots):
+    if chunk:
+        sizes = {n + d for n in (chunk, 2 * chunk, 3 * chunk) for d in (-1, 0, 1)}
+        if slots:
+            sizes |= {slots * chunk + d for d in (-1, 0, 1)}
+            sizes.add((slots + 2) * chunk + 7)
+        return sorted(n for n in sizes if n > 0)
+    return sorted({(1 << k) + d for k in range(10, SPREAD_TOP + 1, 2) for d in (-1, 0, 1)})
+
+
+@pytest.mark.clause("SHM-10")
+@pytest.mark.world_size(2, 3)
+def test_payloads_around_the_chunk_size(tpbcast_run, tpbcast_impl, world_size):
+    def target(ctx):
+        bcast = _make(tpbcast_impl)
+        bcast.initialize(ctx.rank, ctx.world_size, ctx.base_path)
+        chunk = _member(bcast, "chunk_size", 0)
+        sizes = _sizes(chunk, _member(bcast, "ring_slots", 0))
+        got = s.group_roundtrip(ctx, bcast, sizes, salt="shm10")
+        bcast.reset()
+        return sizes, got
+
+    result = tpbcast_run(target, timeout=GROUP)
+    sizes, _ = result.outcomes[0].value
+    want = s.expected_digests(result.seed, sizes, salt="shm10")
+    for outcome in result.outcomes[1:]:
+        _, got = outcome.value
+        wrong = [n for n, a, b in zip(sizes, got, want, strict=True) if a != b]
+        s.check(
+            "SHM-10",
+            not wrong,
+            f"payloads around the chunk size arrive intact at world size {world_size}",
+            f"wrong bytes for sizes {wrong}",
+            rank=outcome.rank,
+        )
+
+
+# ------------------------------------------------------------------ SHM-11
+
+
+def _stale_target(tpbcast_impl, earlier, world):
+    """The ranks of :func:`test_stale_segment_is_refused`."""
+
+    def target(ctx):
+        _publish_pid(ctx)
+        if ctx.rank == 2:
+            ctx.wait("reader_done", timeout=30)  # never joins: rank 0 stays in its bootstrap
+            return None
+        bcast = _make(tpbcast_impl)
+        if ctx.rank == 0:
+            bcast.initialize(0, world, ctx.base_path)
+            s.group_roundtrip(ctx, bcast, [100])
+            if earlier == "root-reset":
+                bcast.reset()
+                ctx.notify("root_gone")
+                ctx.wait("reader_done", timeout=30)
+                return "reset"
+            ctx.point("gone")
+            return None
+        first = _watch.Call(bcast.initialize, 1, world, ctx.base_path)
+        if earlier == "root-killed-in-bootstrap":
+            first.wait(5.0)  # rank 0 is still waiting for rank 2: its names are published
+            with open(_pid_file(ctx, 0)) as fh:
+                os.kill(int(fh.read()), signal.SIGKILL)
+            ctx.record("fault", action="SIGKILL rank 0 during its bootstrap")
+            gone = _await_death(ctx, 0) is not None
+        else:
+            first.wait(15.0)
+            joined = first.ended()
+            if not joined.done or joined.failed:
+                ctx.notify("reader_done")
+                return None, joined, None
+            s.group_roundtrip(ctx, bcast, [100])
+            if earlier == "root-reset":
+                gone = _watch.notified(ctx, "root_gone", 15)
+            else:
+                gone = _await_death(ctx, 0) is not None
+        _reset_bounded(bcast)
+        again = s.make(tpbcast_impl, connect=s.SHORT, init=s.SHORT, io=s.SHORT)
+        call = _watch.Call(again.initialize, 1, world, ctx.base_path)
+        call.wait(DETECT)
+        end = call.ended()
+        late = None
+        if end.done and not end.failed:
+            late = s.attempt(again.broadcast, bytearray(100))
+        ctx.notify("reader_done")
+        return gone, end, late
+
+    return target
+
+
+@pytest.mark.clause("SHM-11")
+@pytest.mark.parametrize("earlier", ["root-killed", "root-reset", "root-killed-in-bootstrap"])
+def test_stale_segment_is_refused(tpbcast_run, tpbcast_impl, tpbcast_faults, earlier):
+    """A reader joined a group whose rank 0 was then SIGKILLed (after the bootstrap, or
+    during it: rank 2 never came, so whatever rank 0 published for its readers is still
+    there) or reset and stays away.  The reader resets and initializes again at the same
+    base path: there is no rank 0 to join, so initialize must raise (within its short
+    deadlines, or DETECT s without them), never join what the earlier group left."""
+    world = 3 if earlier == "root-killed-in-bootstrap" else 2
+    if earlier == "root-killed":
+        tpbcast_faults.at(0, "gone", Kill(signal.SIGKILL))
+
+    target = _stale_target(tpbcast_impl, earlier, world)
+
+    result = tpbcast_run(
+        target, world, faults=tpbcast_faults, fail_fast=False, expect_failure=True, timeout=GROUP
+    )
+    root, reader = result.outcomes[0], result.outcomes[1]
+    if earlier != "root-reset":
+        s.precondition(
+            "SHM-11", root.signal_name == "SIGKILL", f"the fault did not happen: {root.summary()}"
+        )
+    s.precondition("SHM-11", s.status_of(reader) == "OK", f"the reader failed: {reader.summary()}")
+    gone, end, late = reader.value
+    s.precondition(
+        "SHM-11", gone is not None, f"the reader's first initialize did not succeed: {end}"
+    )
+    s.precondition("SHM-11", gone, "the earlier rank 0 was not seen gone")
+    s.check(
+        "SHM-11",
+        end.failed,
+        f"a reader's initialize against what a group whose {earlier.replace('-', ' ')} left "
+        f"raises within its deadlines ({DETECT:g} s at most), never joins",
+        end if not end.done or end.failed else f"it joined; a broadcast then {late or 'returned'}",
+        rank=1,
+    )
