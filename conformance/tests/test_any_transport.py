@@ -33,7 +33,7 @@ def test_bad_arguments_fail_cleanly_and_a_retry_works(tpbcast_run, tpbcast_impl)
         s.private_tmpdir(ctx)
         bcast = s.make(tpbcast_impl)
         before_fds, listing = s.fd_table(bcast), s.entries(ctx.workdir)
-        shm_before = s.dev_shm_names()
+        mapped_before = s.shm_mapped()  # this rank's own: tests beside it cannot interfere
         seen = [("before initialize", bcast.is_initialized())]
         refused = []
         for rank, world in BAD_ARGUMENTS:
@@ -46,7 +46,7 @@ def test_bad_arguments_fail_cleanly_and_a_retry_works(tpbcast_run, tpbcast_impl)
                     "still blocked" if not ended else raised,
                     sorted(s.new_fds(before_fds, bcast)),
                     sorted(set(s.entries(ctx.workdir)) - set(listing)),
-                    s.new_dev_shm_entries(shm_before),
+                    sorted(s.shm_mapped() - mapped_before),
                     bcast.is_initialized(),
                 )
             )
@@ -374,10 +374,12 @@ def test_reset_then_reinit_after_failed_calls(tpbcast_run, tpbcast_impl):
         bcast = s.make(tpbcast_impl)
         failed_init = s.attempt(bcast.initialize, 5, 2, ctx.base_path)
         bcast.reset()
+        ctx.sync("reset_1")  # the clause: once EVERY rank has called reset()
         bcast.initialize(ctx.rank, 2, ctx.base_path)
         failed_bcast = s.attempt(bcast.broadcast, bytearray(100), 1)
         ctx.sync("failed")
         bcast.reset()
+        ctx.sync("reset_2")
         bcast.initialize(ctx.rank, 2, ctx.base_path)
         digests = s.group_roundtrip(ctx, bcast, sizes)
         ctx.sync("done")
