@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import shutil
 import sys
 import time
@@ -63,6 +64,8 @@ else:
 
 REPO: Final = HERE.parent
 REPORT_DIR: Final = REPO / "reports" / "ecosystem"
+DEFAULT_SEED: Final = "20261203"
+"""The seed every row runs with unless --seed or TPBCAST_SEED says otherwise."""
 REFERENCE_NAME: Final = "reference"
 RATIO_GOAL: Final = 3.0  # issue 22: any implementation judged in at most 3x the reference's
 
@@ -481,7 +484,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report-dir", type=Path, default=REPORT_DIR)
     parser.add_argument("--render-only", action="store_true", help="rebuild from runs/")
     parser.add_argument("--list", action="store_true", help="the rows and what each needs")
+    parser.add_argument(
+        "--seed",
+        default=os.environ.get("TPBCAST_SEED", DEFAULT_SEED),
+        help="the suite's seed for every row (TPBCAST_SEED; pinned so that a row's verdicts "
+        "repeat run after run, as an expectations file needs)",
+    )
     args = parser.parse_args(argv)
+    os.environ["TPBCAST_SEED"] = str(args.seed)  # every row's suite run inherits it
     entries = select(args.only) if args.only else list(ENTRIES)
     chosen = {e.name for e in entries}
     if args.list:

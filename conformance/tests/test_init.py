@@ -230,11 +230,15 @@ def test_identical_reinit_is_a_noop(tpbcast_run, tpbcast_impl, world):
         call = _watch.Call(bcast.initialize, ctx.rank, world, ctx.base_path)
         if not call.wait(s.SHORT + s.MARGIN):
             return call.ended(), None, None, None  # busy in a bootstrap: nothing more to ask
-        same = s.socket_fds(bcast) == fds
+        after = s.socket_fds(bcast)
+        same = after == fds
+        # Sockets that change with no call at all (an engine's background I/O thread) cannot
+        # tell a re-init's side effect apart: observe 0.3 s of no call before judging.
+        churns = not same and s.wait_for(lambda: s.socket_fds(bcast) != after, 0.3)
         digest = _check_group(ctx, bcast) if world > 1 else None
         initialized = bcast.is_initialized()
         bcast.reset()
-        return call.ended(), same, digest, initialized
+        return call.ended(), None if churns else same, digest, initialized
 
     result = tpbcast_run(target, world, timeout=s.GROUP_TIMEOUT)
     for outcome in result.outcomes:
@@ -249,13 +253,19 @@ def test_identical_reinit_is_a_noop(tpbcast_run, tpbcast_impl, world):
         )
         if not ended.done:
             continue
-        s.check(
+        if s.stageable(
             "INIT-4",
-            same,
-            "identical re-init opens and closes no socket",
-            f"socket fds unchanged: {same}",
-            rank=rank,
-        )
+            same is not None,
+            f"rank {rank}'s sockets change with no call at all (a background thread): a "
+            "re-init's side effect cannot be told apart",
+        ):
+            s.check(
+                "INIT-4",
+                same,
+                "identical re-init opens and closes no socket",
+                f"socket fds unchanged: {same}",
+                rank=rank,
+            )
         if world > 1:
             _check_group_works(
                 "INIT-4", "the group still works after the re-init", digest, result.seed, rank=rank
