@@ -68,7 +68,7 @@ from ._verdicts import (
     judge_exception,
     require,
 )
-from .spec import DEFAULT_TRANSPORT, Spec, load_spec
+from .spec import DEFAULT_TRANSPORT, TRANSPORTS, Spec, load_spec
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Sequence
@@ -327,6 +327,13 @@ def _cited(item: pytest.Item, spec: Spec) -> tuple[tuple[str, ...], list[str]]:
                 ids.append(spec[arg].id)
     if not ids and not problems:
         problems.append(f"{item.nodeid}: cites no clause (add @pytest.mark.clause(...))")
+    via = _staged_via(item)
+    if item.get_closest_marker("staged_via") is not None and via not in TRANSPORTS:
+        # A typo would skip the test on every implementation, silently.
+        problems.append(
+            f"{item.nodeid}: staged_via({via!r}) names no transport (known: "
+            f"{', '.join(TRANSPORTS)})"
+        )
     return tuple(dict.fromkeys(ids)), problems
 
 

@@ -7,7 +7,8 @@ case violated, with the seed and the ``@reproduce_failure`` blob that replay it.
 judged per clause: a clause no case violated gets one PASS saying over how many staged cases
 it held, but only if at least one staged case judged it (else UNSUPPORTED, "not staged") and
 the rogue staged enough of the cases (else ERROR, inconclusive); a case the rogue could not
-stage judges nothing, whatever its checks say.
+stage never counts toward a PASS (a check that failed in it still FAILs its clause: what the
+implementation did wrong stays wrong).
 
 Profiles (``TPBCAST_FUZZ_PROFILE``): ``short`` (the default: a few dozen cases per test,
 seconds, what CI and a plain ``python -m tpbcast.conformance`` run) and ``long`` (at least
@@ -116,7 +117,7 @@ class Tally:
         failed = []
         for check in checks:
             if check.holds:
-                if staged:  # an unstaged case judged nothing, whatever its checks say
+                if staged:  # an unstaged case never counts toward a PASS
                     self.held[check.cid] = self.held.get(check.cid, 0) + 1
             else:
                 failed.append(check)

@@ -573,15 +573,6 @@ def private_tmpdir(ctx: Any) -> None:
     tempfile.tempdir = None
 
 
-def dev_shm_names() -> dict[str, int]:
-    """Entries of /dev/shm with their inode (empty where there is no /dev/shm)."""
-    try:
-        with os.scandir(DEV_SHM) as it:
-            return {entry.name: entry.inode() for entry in it}
-    except OSError:
-        return {}
-
-
 def shm_mapped(pid: int | None = None) -> set[str]:
     """The /dev/shm files process ``pid`` (default: this one) has mapped: a segment a call
     created shows here even after its fd is closed, and a test beside this one cannot."""
@@ -596,41 +587,38 @@ def shm_mapped(pid: int | None = None) -> set[str]:
         return set()
 
 
-def _held_by_a_live_process(paths: set[str]) -> set[str]:
-    """The paths some live process maps or holds open (another test's group, still alive)."""
+def shm_names_held(bcast: object = None) -> set[str]:
+    """The /dev/shm files this rank (and ``bcast``'s resource pids) maps or holds open: the
+    group's own segments, observed before reset so a later leftover check judges only them
+    (tests running beside this one make their own /dev/shm entries)."""
     held: set[str] = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/maps") as fh:
-                held.update(p for line in fh for p in paths if line.rstrip().endswith(p))
+    for pid in (os.getpid(), *resource_pids(bcast)):
+        held |= shm_mapped(pid)
+        with contextlib.suppress(OSError):
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 with contextlib.suppress(OSError):
                     target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if target in paths:
+                    if target.startswith(f"{DEV_SHM}/"):
                         held.add(target)
-        except OSError:
-            continue
-    return held
+    harness_own = f"{DEV_SHM}/{WORKDIR_PREFIX}"  # the harness's workdirs live there too
+    return {name for name in held if not name.startswith(harness_own)}
 
 
-def new_dev_shm_entries(before: dict[str, int]) -> list[str]:
-    """/dev/shm entries created since ``before`` that no live process maps or holds: what a
-    group that has ended left behind.  (Tests beside this one judge the same implementation,
-    so an orphan of theirs is the same defect; a live group's segments are excluded.)"""
-    now = dev_shm_names()
-    fresh = {
-        f"{DEV_SHM}/{name}"
-        for name, ino in now.items()
-        if before.get(name) != ino and not name.startswith(WORKDIR_PREFIX)  # the harness's own
-    }
-    if not fresh:
-        return []
-    return sorted(fresh - _held_by_a_live_process(fresh))
+def still_there(names: set[str]) -> list[str]:
+    """Which of ``names`` still exist (a segment unlinked while mapped shows as deleted)."""
+    return sorted(name for name in names if os.path.exists(name))
 
 
 # --------------------------------------------------------------------------- deaths
+
+
+def dead_peer_rounds(bcast: object) -> int:
+    """How many broadcasts a dead-peer test sends before it judges: at least 64, and more
+    than the adapter's declared ``buffered_broadcasts`` (ring slots), so buffering can never
+    hide a death."""
+    declared = getattr(bcast, "buffered_broadcasts", None)
+    buffered = int(declared) if isinstance(declared, int) and declared > 0 else 0
+    return max(64, buffered + 2)
 
 
 def gone(pid: int) -> bool:

@@ -216,10 +216,12 @@ def test_peer_killed_during_bootstrap_fails_rank0_promptly(tpbcast_run, tpbcast_
             ctx.wait("root_done", timeout=s.GROUP_TIMEOUT)
             return None
         if ctx.rank == 1:
+            ctx.wait("root_in_init", timeout=s.PATIENCE)
             call = _watch.Call(bcast.initialize, 1, 3, ctx.base_path)
-            call.wait(s.SHORT)  # let it reach rank 0 (it cannot finish without rank 2)
+            call.wait(s.MARGIN)  # let it reach rank 0 (it cannot finish without rank 2)
             ctx.record("fault", action="SIGKILL of rank 1 inside its initialize")
             os.kill(os.getpid(), signal.SIGKILL)
+        ctx.notify("root_in_init")
         raised, took = s.timed(bcast.initialize, 0, 3, ctx.base_path)
         ctx.notify("root_done")
         bcast.reset()
@@ -233,7 +235,13 @@ def test_peer_killed_during_bootstrap_fails_rank0_promptly(tpbcast_run, tpbcast_
         "FAULT-7", victim.signal_name == "SIGKILL", f"the fault did not happen: {victim.summary()}"
     )
     if root.status is Status.TIMED_OUT:
-        s.check("FAULT-7", False, "rank 0's initialize fails promptly", "it was still waiting")
+        s.check(
+            "FAULT-7",
+            False,
+            "rank 0's initialize fails promptly",
+            f"it was still waiting {s.GROUP_TIMEOUT + 10:g} s into the group, rank 1 dead",
+            rank=0,
+        )
         return
     raised, took = root.value
     if s.check("FAULT-7", raised is not None, "rank 0's initialize fails", "it returned", rank=0):
@@ -304,7 +312,7 @@ def test_failed_broadcast_poisons_the_live_links_too(tpbcast_run, tpbcast_impl):
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # surviving SIGPIPE is FAULT-1's subject
         # An I/O deadline (if it has one) lets a ring that never notices the dead rank give up
         # instead of hanging: the clause needs a broadcast that failed, however it failed.
-        bcast = s.make(tpbcast_impl, io=s.OBSERVE)
+        bcast = s.make(tpbcast_impl, io=s.OBSERVE) if ctx.rank == 0 else s.make(tpbcast_impl)
         bcast.initialize(ctx.rank, 3, ctx.base_path)
         if ctx.rank == 2:
             s.write_pid(ctx)
@@ -312,23 +320,27 @@ def test_failed_broadcast_poisons_the_live_links_too(tpbcast_run, tpbcast_impl):
             os.kill(os.getpid(), signal.SIGKILL)
         if ctx.rank == 1:
             call = _watch.Call(drain, bcast)
-            call.wait(s.OBSERVE)  # a correct root sends nothing more: this may never end
+            # Watch until rank 0 has tried the marker, and a margin more: a correct root
+            # sends nothing more, so this may never end (a daemon thread, left behind).
+            if _watch.notified(ctx, "marker_tried", s.GROUP_TIMEOUT):
+                call.wait(s.MARGIN)
             ctx.notify("peer1_done")
             ended = call.ended()
             return ended.value if ended.done and ended.raised is None else (None, False)
         s.wait_dead(ctx, 2, "BCAST-13")
         failed = None
-        for i in range(64):  # past any ring or socket buffer
+        for i in range(s.dead_peer_rounds(bcast)):  # past any ring or socket buffer
             failed = s.attempt(bcast.broadcast, bytearray(s.payload(1, size, i)))
             if failed is not None:
                 break
         second = s.attempt(bcast.broadcast, bytearray(marker))
+        ctx.notify("marker_tried")
         ctx.wait("peer1_done", timeout=s.GROUP_TIMEOUT)
         bcast.reset()
         return failed, second
 
     result = tpbcast_run(
-        target, 3, fail_fast=False, expect_failure=True, timeout=s.GROUP_TIMEOUT + s.OBSERVE
+        target, 3, fail_fast=False, expect_failure=True, timeout=2 * s.GROUP_TIMEOUT
     )
     root, peer1, victim = result.outcomes
     s.precondition(

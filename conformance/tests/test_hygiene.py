@@ -3,7 +3,8 @@
 Leftovers are observed from outside, whatever the transport: each rank's TMPDIR points at
 its group's workdir (``_support.private_tmpdir``), so a file an implementation leaves in the
 base path's directory or in TMPDIR shows up in the harness's leftover check of the workdir,
-and /dev/shm is compared before and after the group (``_support.new_dev_shm_entries``).
+and the /dev/shm files each rank mapped or held before reset must be gone after the group
+(``_support.shm_names_held``: only the group's own, whatever the tests beside it do).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ def _lifecycle(ctx, impl):
     bcast.initialize(ctx.rank, ctx.world_size, ctx.base_path)
     s.group_roundtrip(ctx, bcast, [1000, 0, 5])
     ctx.sync("done")
+    held = s.shm_names_held(bcast)
     bcast.reset()
+    return held
 
 
 def _ranks_returned(result):
@@ -42,7 +45,7 @@ def _ranks_returned(result):
         result.raise_for_failure()
 
 
-def _judge_nothing_left(result, when, shm_before):
+def _judge_nothing_left(result, when, shm_held):
     """HYG-1, HYG-2 and HYG-3 on what the harness observed after the group."""
     s.check(
         "HYG-1",
@@ -57,7 +60,7 @@ def _judge_nothing_left(result, when, shm_before):
         f"TMPDIR ({when})",
         f"leftover files {result.leftover_files}",
     )
-    orphans = s.new_dev_shm_entries(shm_before)
+    orphans = s.still_there(shm_held)
     s.check(
         "HYG-2",
         not orphans,
@@ -77,7 +80,6 @@ def _judge_nothing_left(result, when, shm_before):
 @pytest.mark.clause("HYG-1", "HYG-2", "HYG-3")
 @pytest.mark.world_size(2, 4)
 def test_normal_life_leaves_nothing(tpbcast_run, tpbcast_impl, world_size):
-    shm_before = s.dev_shm_names()
     result = tpbcast_run(
         lambda ctx: _lifecycle(ctx, tpbcast_impl),
         check_fds=True,
@@ -85,7 +87,8 @@ def test_normal_life_leaves_nothing(tpbcast_run, tpbcast_impl, world_size):
         expect_failure=True,
     )
     _ranks_returned(result)
-    _judge_nothing_left(result, "initialize, broadcasts, reset", shm_before)
+    held = set().union(*(o.value or set() for o in result.outcomes))
+    _judge_nothing_left(result, "initialize, broadcasts, reset", held)
 
 
 @pytest.mark.clause("HYG-1", "HYG-2", "HYG-3")
@@ -96,7 +99,6 @@ def test_failed_initialize_and_broadcast_leave_nothing(tpbcast_run, tpbcast_impl
         failed, broken, _ = s.fail_init_then_broadcast(ctx, tpbcast_impl, bad_rank=0, after=0)
         return (failed is not None, broken is not None) if ctx.rank == 0 else None
 
-    shm_before = s.dev_shm_names()
     result = tpbcast_run(target, 2, check_fds=True, timeout=s.GROUP_TIMEOUT, expect_failure=True)
     _ranks_returned(result)
     # (HYG-2 and HYG-3 are then "not judged" too.)
@@ -105,9 +107,7 @@ def test_failed_initialize_and_broadcast_leave_nothing(tpbcast_run, tpbcast_impl
         result.outcomes[0].value == (True, True),
         "the faults did not happen (initialize and broadcast did not both fail)",
     )
-    _judge_nothing_left(
-        result, "a failed initialize and a failed broadcast, each reset", shm_before
-    )
+    _judge_nothing_left(result, "a failed initialize and a failed broadcast, each reset", set())
 
 
 @pytest.mark.clause("HYG-1")
@@ -206,6 +206,18 @@ bcast = impl.create()
 bcast.initialize(int(sys.argv[4]), 2, sys.argv[2])
 buf = bytearray(b"x" * 100 if sys.argv[4] == "0" else 100)
 bcast.broadcast(buf)
+held = set()
+with open("/proc/self/maps") as fh:
+    held |= {line.split(maxsplit=5)[5].strip() for line in fh
+             if " /dev/shm/" in line and len(line.split(maxsplit=5)) == 6}
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        continue
+    if target.startswith("/dev/shm/"):
+        held.add(target)
+print("held:" + "|".join(sorted(held)), flush=True)
 print("broadcast done", flush=True)
 # no reset(): the interpreter exits normally
 """
@@ -228,23 +240,13 @@ def _judge_exit_without_reset(tpbcast_impl, root):
     base_dir, tmpdir = os.path.join(root, "b"), os.path.join(root, "t")
     os.mkdir(base_dir, 0o700)
     os.mkdir(tmpdir)
-    shm_before = s.dev_shm_names()
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                _EXIT_WITHOUT_RESET_ANY,
-                tpbcast_impl.spec,
-                os.path.join(base_dir, "g"),
-                tmpdir,
-                str(rank),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for rank in (0, 1)
-    ]
+    logs = [os.path.join(root, f"rank{rank}.log") for rank in (0, 1)]
+    procs = []
+    for rank, log in enumerate(logs):
+        with open(log, "wb") as out:  # a file, not a pipe: a chatty engine cannot block
+            argv = [sys.executable, "-c", _EXIT_WITHOUT_RESET_ANY, tpbcast_impl.spec]
+            argv += [os.path.join(base_dir, "g"), tmpdir, str(rank)]
+            procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
     # Two fresh interpreters importing the implementation's engine (torch, vLLM) may take
     # 15 s each on two busy cores; one that fails ends the other at once.
     finished = s.wait_for(
@@ -258,24 +260,34 @@ def _judge_exit_without_reset(tpbcast_impl, root):
     for proc in procs:
         if proc.poll() is None:
             proc.kill()
+        proc.wait()
     outputs = []
-    for proc in procs:
-        out, err = proc.communicate()
-        outputs.append((proc.returncode, out.decode(errors="replace"), err.decode()[-1500:]))
+    for proc, log in zip(procs, logs, strict=True):
+        with open(log, "rb") as fh:
+            outputs.append((proc.returncode, fh.read().decode(errors="replace")))
     s.precondition(
         "HYG-4",
-        finished and all(_BROADCAST_DONE in out for _, out, _ in outputs),
-        f"the interpreters did not get through their broadcast: {outputs}",
+        finished and all(_BROADCAST_DONE in out for _, out in outputs),
+        f"the interpreters did not get through their broadcast: "
+        f"{[(code, out[-1500:]) for code, out in outputs]}",
     )
+    held = {
+        name
+        for _, out in outputs
+        for line in out.splitlines()
+        if line.startswith("held:")
+        for name in line[len("held:") :].split("|")
+        if name
+    }
     left = sorted(
         [*(f"base/{n}" for n in os.listdir(base_dir)), *(f"TMPDIR/{n}" for n in os.listdir(tmpdir))]
     )
-    orphans = s.new_dev_shm_entries(shm_before)
+    orphans = s.still_there(held)
     s.check(
         "HYG-4",
         not left and not orphans,
         "ranks that exit normally without reset leave no file, socket or segment behind",
-        f"left {left + orphans} (exit statuses {[code for code, _, _ in outputs]})",
+        f"left {left + orphans} (exit statuses {[code for code, _ in outputs]})",
     )
 
 

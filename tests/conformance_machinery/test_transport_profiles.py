@@ -238,3 +238,19 @@ def test_fuzz_staging_limit_applies_to_every_clause_not_only_the_first() -> None
     for _ in range(3):
         tally.judge("case", both, staged=False)  # 3 of 4 cases unstaged: inconclusive
     assert _fuzz_verdicts(tally) == {"TIME-4": Verdict.ERROR, "TIME-5": Verdict.ERROR}
+
+
+def test_a_staged_via_typo_fails_the_registry_check(run_suite):
+    result, _, doc = run_suite(
+        """
+import pytest
+
+@pytest.mark.clause("INIT-1")
+@pytest.mark.staged_via("uds_v1")
+def test_typo():
+    pass
+"""
+    )
+    assert result.ret == 4, result.stdout.str()
+    result.stdout.fnmatch_lines(["*staged_via('uds_v1') names no transport*"])
+    assert doc is None
