@@ -403,12 +403,7 @@ def _tpbcast_transport_profile(request: pytest.FixtureRequest) -> None:
         item.stash[_OUTSIDE_KEY] = {}
         return  # judged on every transport: no need to load the implementation here
     impl: Implementation = request.getfixturevalue("tpbcast_impl")
-    outside = {
-        cid: f"{cid} has scope {spec[cid].scope}; {impl.name!r} declares transport "
-        f"{impl.transport!r}"
-        for cid in cited
-        if not spec[cid].applies_to(impl.transport)
-    }
+    outside = _outside(spec, cited, impl)
     item.stash[_OUTSIDE_KEY] = outside
     if len(outside) == len(cited):
         raise NotApplicable("NOT_APPLICABLE: " + "; ".join(outside.values()))
@@ -491,18 +486,21 @@ def pytest_runtest_makereport(
     return report
 
 
-def _outside_profile(item: pytest.Item, cited: Sequence[str]) -> dict[str, str]:
-    """The cited clauses outside the loaded implementation's transport profile (none if the
-    implementation never loaded: then every clause's check is the setup ERROR)."""
-    impl = loaded_implementation(item.config)
-    if impl is None:
-        return {}
-    spec = item.config.stash[_SPEC_KEY]
+def _outside(spec: Spec, cited: Sequence[str], impl: Implementation) -> dict[str, str]:
+    """The cited clauses outside ``impl``'s transport profile, each with why."""
     return {
-        cid: f"{cid} has scope {spec[cid].scope}; transport {impl.transport!r}"
+        cid: f"{cid} has scope {spec[cid].scope}; {impl.name!r} declares transport "
+        f"{impl.transport!r}"
         for cid in cited
         if not spec[cid].applies_to(impl.transport)
     }
+
+
+def _outside_profile(item: pytest.Item, cited: Sequence[str]) -> dict[str, str]:
+    """:func:`_outside` for a test whose setup failed before the profile was read (none if
+    the implementation never loaded: then every clause's check is the setup ERROR)."""
+    impl = loaded_implementation(item.config)
+    return {} if impl is None else _outside(item.config.stash[_SPEC_KEY], cited, impl)
 
 
 def _props(report: pytest.TestReport) -> list[tuple[str, object]]:

@@ -58,39 +58,44 @@ def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     return base / "tpbcast"
 
 
-def find_compiler(environ: Mapping[str, str] | None = None) -> list[str]:
-    """``$CC`` (may carry words, e.g. ``ccache gcc``), else ``cc``, ``gcc`` or ``clang``."""
+def _find_tool(
+    environ: Mapping[str, str] | None, variable: str, defaults: Sequence[str], missing: str
+) -> list[str]:
+    """``$variable`` (may carry words, e.g. ``ccache gcc``), else the first of ``defaults``
+    on PATH; :class:`NativeBuildError` naming what was tried, then ``missing``, if none."""
     env = os.environ if environ is None else environ
     path = env.get("PATH", os.defpath)
-    cc = shlex.split(env.get("CC", ""))
-    candidates = [cc] if cc else [["cc"], ["gcc"], ["clang"]]
+    chosen = shlex.split(env.get(variable, ""))
+    candidates = [chosen] if chosen else [[name] for name in defaults]
     for words in candidates:
         found = shutil.which(words[0], path=path)
         if found:
             return [found, *words[1:]]
     tried = ", ".join(" ".join(words) for words in candidates)
-    raise NativeBuildError(
-        f"no C compiler found (tried {tried} on PATH={path!r}); the native example "
+    raise NativeBuildError(missing.format(tried=tried, path=path))
+
+
+def find_compiler(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``$CC`` (may carry words, e.g. ``ccache gcc``), else ``cc``, ``gcc`` or ``clang``."""
+    return _find_tool(
+        environ,
+        "CC",
+        ("cc", "gcc", "clang"),
+        "no C compiler found (tried {tried} on PATH={path!r}); the native example "
         "adapter compiles cbcast.c at first use: install one (e.g. apt-get install gcc) "
-        "or point $CC at it"
+        "or point $CC at it",
     )
 
 
 def find_cxx_compiler(environ: Mapping[str, str] | None = None) -> list[str]:
     """``$CXX`` (may carry words), else ``c++``, ``g++`` or ``clang++`` (the ``exec:`` kit's
     C++ example)."""
-    env = os.environ if environ is None else environ
-    path = env.get("PATH", os.defpath)
-    cxx = shlex.split(env.get("CXX", ""))
-    candidates = [cxx] if cxx else [["c++"], ["g++"], ["clang++"]]
-    for words in candidates:
-        found = shutil.which(words[0], path=path)
-        if found:
-            return [found, *words[1:]]
-    tried = ", ".join(" ".join(words) for words in candidates)
-    raise NativeBuildError(
-        f"no C++ compiler found (tried {tried} on PATH={path!r}); the exec: kit's C++ "
-        "example needs one: install it (e.g. apt-get install g++) or point $CXX at it"
+    return _find_tool(
+        environ,
+        "CXX",
+        ("c++", "g++", "clang++"),
+        "no C++ compiler found (tried {tried} on PATH={path!r}); the exec: kit's C++ "
+        "example needs one: install it (e.g. apt-get install g++) or point $CXX at it",
     )
 
 
