@@ -43,6 +43,10 @@ _SIGUSR1 = int(signal.SIGUSR1)
 EXIT_ORPHANED = 71  # parent died between fork and PR_SET_PDEATHSIG
 EXIT_BOOTSTRAP = 70  # the harness failed inside the rank before/after the target
 
+#: Code objects of harness frames that call a target on the rank's behalf (a warm rank's
+#: dispatch loop adds its own): cut from the top of a reported traceback.
+DISPATCH_CODES: set[object] = set()
+
 
 @dataclass(frozen=True)
 class RankSpec:
@@ -358,6 +362,9 @@ def _traceback_text(exc: BaseException) -> str:
     is the same in every report and names no code of the test)."""
     tb = exc.__traceback__
     if tb is not None and tb.tb_next is not None and tb.tb_frame.f_code is _run.__code__:
+        tb = tb.tb_next
+    # A warm rank's dispatch loop (``_warm_rank``) sits between: its frames are cut too.
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code in DISPATCH_CODES:
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
