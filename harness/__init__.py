@@ -1,5 +1,7 @@
 """tpbcast.harness: a pytest-free, fork-based multi-rank runner with fault injection.
 
+``WarmGroup(world_size, setup=...)`` keeps one group of forked ranks warm across many
+targets (run by reference), each judged alone: a failure re-forks the group.
 ``run_ranks(target, world_size)`` forks the ranks from this warm process, supervises them
 with one deadline, and returns a :class:`GroupResult` with one :class:`RankOutcome` per
 rank (status, value or exception, signal name, fd-level output, stack dump of hung ranks,
@@ -36,6 +38,7 @@ from ._faults import Delay, Exit, FaultAction, FaultPlan, Kill, Pause, Raise, Se
 from ._forksafety import ForkSafetyError
 from ._outcome import FaultRecord, GroupResult, RankGroupFailure, RankOutcome, Status
 from ._runner import run_ranks
+from ._warm import TargetRef, WarmGroup
 
 __all__ = [
     "CapabilityMissing",
@@ -58,6 +61,8 @@ __all__ = [
     "Status",
     "SyncError",
     "SyncTimeoutError",
+    "TargetRef",
+    "WarmGroup",
     "load_implementation",
     "run_ranks",
 ]

@@ -25,7 +25,8 @@ TIERS = {  # each tier's __all__
         """
         CapabilityMissing Delay Exit FaultAction FaultPlan FaultRecord ForkSafetyError
         GroupResult Implementation Kill Pause Raise RankContext RankGroupFailure RankOutcome
-        Segfault SignalStorm Status SyncError SyncTimeoutError load_implementation run_ranks
+        Segfault SignalStorm Status SyncError SyncTimeoutError TargetRef WarmGroup
+        load_implementation run_ranks
         """
     ),
     "tpbcast.harness.wire": _names(
