@@ -79,9 +79,12 @@ class WarmGroup:
     """A group of ``world_size`` forked ranks kept warm across targets.
 
     ``run(target, args)`` runs ``target(ctx, *args)`` in every rank and returns a
-    :class:`GroupResult` just like ``run_ranks``.  ``setup(ctx)`` runs in each rank after
-    every fork (and ``teardown(ctx)`` before a clean end); both, like targets, are named
-    by reference.  ``setup_timeout`` is added to the deadline of the first target after a
+    :class:`GroupResult` just like ``run_ranks``.  ``setup(ctx, *setup_args)`` runs in
+    each rank after every fork (``setup_args`` are inherited through the fork, never
+    pickled) and ``teardown(ctx, *setup_args)`` before a clean end; ``check(ctx,
+    *setup_args)`` runs after each target that passed and returns reasons (strings) why
+    the rank's state cannot be kept (e.g. "the test destroyed the process group"): any
+    reason re-forks the group before the next target.  All are named by reference.  ``setup_timeout`` is added to the deadline of the first target after a
     fork.  Use as a context manager, or call :meth:`close`; the parent process must stay
     free of torch ops while the group lives (see ``ForkSafetyError``).
     """
@@ -92,6 +95,8 @@ class WarmGroup:
         *,
         setup: Callable[..., object] | TargetRef | None = None,
         teardown: Callable[..., object] | TargetRef | None = None,
+        setup_args: tuple[object, ...] = (),
+        check: Callable[..., object] | TargetRef | None = None,
         timeout: float = 30.0,
         setup_timeout: float = 30.0,
         fail_fast_grace: float = 1.0,
@@ -105,6 +110,8 @@ class WarmGroup:
         self.world_size = world_size
         self.setup = TargetRef.of(setup) if setup is not None else None
         self.teardown = TargetRef.of(teardown) if teardown is not None else None
+        self.setup_args = tuple(setup_args)
+        self.check = TargetRef.of(check) if check is not None else None
         self.timeout = float(timeout)
         self.setup_timeout = float(setup_timeout)
         self.fail_fast_grace = fail_fast_grace
@@ -187,8 +194,7 @@ class WarmGroup:
                 args_by_rank = [
                     (
                         RankPipes(cmd[r][0], rep[r][1]),
-                        self.setup,
-                        self.teardown,
+                        (self.setup, self.teardown, self.check, self.setup_args),
                         (1, 2, capture[r].results, capture[r].stack),
                     )
                     for r in range(n)
@@ -485,8 +491,8 @@ def _serve_entry(ctx: object, per_rank: tuple[tuple[object, ...], ...]) -> objec
     from ._context import RankContext
 
     assert isinstance(ctx, RankContext)
-    pipes, setup, teardown, capture_fds = per_rank[ctx.rank]
-    return serve(ctx, pipes, setup, teardown, capture_fds)  # type: ignore[arg-type]
+    pipes, hooks, capture_fds = per_rank[ctx.rank]
+    return serve(ctx, pipes, hooks, capture_fds)  # type: ignore[arg-type]
 
 
 

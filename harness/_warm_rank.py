@@ -204,27 +204,26 @@ def _truncate(fds: tuple[int, ...]) -> None:
         os.ftruncate(fd, 0)
 
 
-def serve(
-    ctx: RankContext,
-    pipes: RankPipes,
-    setup: TargetRef | None,
-    teardown: TargetRef | None,
-    capture_fds: tuple[int, ...],
-) -> object:
+Hooks = tuple[TargetRef | None, TargetRef | None, TargetRef | None, tuple[object, ...]]
+"""``(setup, teardown, check, setup_args)`` of a warm group."""
+
+
+def serve(ctx: RankContext, pipes: RankPipes, hooks: Hooks, capture_fds: tuple[int, ...]) -> object:
     """A warm rank's target: setup once, then one target per command until EOF.
 
     Returns the last target's value (the parent closes the command pipe to end a rank
     cleanly, after a failure of a peer or at the end of the group), so the rank's final
     record is the value of the target its report is about."""
+    setup, teardown, check, setup_args = hooks
     if setup is not None:
-        setup.resolve()(ctx)
+        setup.resolve()(ctx, *setup_args)
     baseline = RankBaseline()
     last: object = None
     while True:
         command = read_frame(pipes.commands)
         if command is None:
             if teardown is not None:
-                teardown.resolve()(ctx)
+                teardown.resolve()(ctx, *setup_args)
             return last
         _, payload = command
         assert isinstance(payload, dict)
@@ -257,6 +256,8 @@ def serve(
             last = None
             continue
         dirty = baseline.restore()
+        if check is not None:
+            dirty += tuple(str(why) for why in check.resolve()(ctx, *setup_args) or ())  # type: ignore[attr-defined]
         write_all(pipes.replies, frame("ok", {"value": last, "dirty": dirty}))
 
 
