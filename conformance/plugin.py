@@ -70,6 +70,9 @@ from ._verdicts import (
 )
 from .spec import DEFAULT_TRANSPORT, TRANSPORTS, Spec, load_spec
 
+# The idle_wait marker and the scheduling that overlaps those tests (a plugin of its own).
+pytest_plugins = ["tpbcast.conformance._overlap"]
+
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Sequence
 

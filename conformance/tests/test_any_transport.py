@@ -153,6 +153,7 @@ def test_zero_byte_broadcast_keeps_the_group_in_sync(tpbcast_run, tpbcast_impl):
         )
 
 
+@pytest.mark.idle_wait
 @pytest.mark.clause("TIME-1")
 def test_peer_that_never_calls_initialize(tpbcast_run, tpbcast_impl):
     """World 3: rank 2 bootstraps, rank 1 never calls initialize; rank 0 must fail within
@@ -290,6 +291,7 @@ def test_signal_storms_neither_fail_nor_corrupt(tpbcast_run, tpbcast_impl):
         )
 
 
+@pytest.mark.idle_wait
 @pytest.mark.clause("BCAST-13")
 def test_failed_broadcast_poisons_the_live_links_too(tpbcast_run, tpbcast_impl):
     """World 3, rank 2 SIGKILLed after initialize.  Rank 0 broadcasts until one fails (on

@@ -53,6 +53,7 @@ def _check_lives_on(outcome, cid, sentence):
     )
 
 
+@pytest.mark.idle_wait
 @pytest.mark.clause("FAULT-1", "FAULT-3", "FAULT-6")
 def test_dead_peer_never_kills_rank0_during_broadcast(tpbcast_run, tpbcast_impl, tpbcast_faults):
     tpbcast_faults.at(2, "after_init", Kill(signal.SIGKILL))

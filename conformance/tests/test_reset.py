@@ -161,6 +161,7 @@ def test_reinit_after_reset_same_and_new_path(tpbcast_run, tpbcast_impl):
         )
 
 
+@pytest.mark.idle_wait
 @pytest.mark.clause("RESET-7", "FAULT-3")
 def test_peer_sees_root_reset_as_closed(tpbcast_run, tpbcast_impl):
     def target(ctx):

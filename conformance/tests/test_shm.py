@@ -394,6 +394,7 @@ def test_sigkill_leaves_no_name(tpbcast_run, tpbcast_impl, tpbcast_faults, tmp_p
 # ------------------------------------------------------------------ SHM-5
 
 
+@pytest.mark.idle_wait
 @pytest.mark.clause("SHM-5")
 @pytest.mark.parametrize("how", ["kill", "killpg"])
 def test_readers_detect_a_dead_writer(tpbcast_run, tpbcast_impl, tpbcast_faults, how):
@@ -465,6 +466,7 @@ def test_readers_detect_a_dead_writer(tpbcast_run, tpbcast_impl, tpbcast_faults,
 # ------------------------------------------------------------------ SHM-6
 
 
+@pytest.mark.idle_wait
 @pytest.mark.clause("SHM-6")
 def test_writer_detects_a_dead_reader_on_a_full_ring(tpbcast_run, tpbcast_impl, tpbcast_faults):
     """Reader 1 is SIGKILLed; rank 0 keeps broadcasting (at least 64 times, more than the
@@ -531,6 +533,7 @@ def test_writer_detects_a_dead_reader_on_a_full_ring(tpbcast_run, tpbcast_impl, 
 # ------------------------------------------------------------------ SHM-7, SHM-8
 
 
+@pytest.mark.idle_wait
 @pytest.mark.clause("SHM-7")
 def test_reset_releases_a_blocked_writer(tpbcast_run, tpbcast_impl):
     def target(ctx):
@@ -574,6 +577,7 @@ def test_reset_releases_a_blocked_writer(tpbcast_run, tpbcast_impl):
     )
 
 
+@pytest.mark.idle_wait
 @pytest.mark.clause("SHM-8")
 @pytest.mark.parametrize("by", ["own-reset", "root-reset"])
 def test_reset_releases_a_blocked_reader(tpbcast_run, tpbcast_impl, by):
@@ -635,6 +639,7 @@ def test_reset_releases_a_blocked_reader(tpbcast_run, tpbcast_impl, by):
 # ------------------------------------------------------------------ SHM-9
 
 
+@pytest.mark.idle_wait
 @pytest.mark.clause("SHM-9")
 @pytest.mark.parametrize("how", ["reset", "exit", "kill"])
 @pytest.mark.parametrize("when", ["queued", "in-flight"])
@@ -802,6 +807,7 @@ def _stale_target(tpbcast_impl, earlier, world):
     return target
 
 
+@pytest.mark.idle_wait
 @pytest.mark.clause("SHM-11")
 @pytest.mark.parametrize("earlier", ["root-killed", "root-reset", "root-killed-in-bootstrap"])
 def test_stale_segment_is_refused(tpbcast_run, tpbcast_impl, tpbcast_faults, earlier):
