@@ -252,6 +252,7 @@ HARNESS_QUICK += ("--conformance-rounds", "1")
 SOAK_QUICK = ("--broadcasts", "1000", "--window", "100")
 SUITE_QUICK = ("--rounds", "1", "--reps", "5", "--tests")
 SUITE_QUICK += ("test_get_rank,test_broadcast,test_broadcast_group",)
+CONTINUOUS_QUICK = ("--tests", "test_all_reduce_sum,test_broadcast_root0,test_gather")
 
 
 @nox.session(python=PYTHON)
@@ -285,6 +286,11 @@ def bench(session: nox.Session) -> None:
     # floor (~30 min on 2 cores: the spawn side; `quick`: 3 tests, one round);
     # <reports>/bench/torch_suite*.
     session.run("python", "benchmarks/bench_torch_suite.py", *out, *(SUITE_QUICK if quick else ()))
+    # Warm groups: tpbcast's MultiProcContinuousTest vs torch's and vs the spawn runner on
+    # 30+ gloo tests, one failing test on both continuous bases (torch's poison pill),
+    # and the torch_suite slice on warm groups vs spawn (~15 min on 2 cores: the spawn
+    # sides; `quick`: 3 tests, no slice); <reports>/bench/continuous*.
+    session.run("python", "benchmarks/bench_continuous.py", *out, *(CONTINUOUS_QUICK if quick else ("--slice",)))
     # fd count and RSS per rank over 10,000 broadcasts (first vs last thousand) and RSS per
     # rank at TP 8: the soak's report (<reports>/soak/, also `nox -s soak`; ~15 s; `quick`:
     # 1,000 broadcasts).

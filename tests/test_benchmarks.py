@@ -205,3 +205,41 @@ def test_bench_torch_suite_report_from_a_synthetic_run(tmp_path: Path) -> None:
     assert "Per session: **25.0x**" in text
     assert "`test_get_rank` takes 1.00 s on the harness" in text
     assert "torch's barrier polling is **67%** of a harness test here" in text
+
+
+def test_bench_continuous_report_from_a_synthetic_run() -> None:
+    """The warm-group side by side (three runners, the poison pill, the slice) from
+    made-up numbers: the real run spawns interpreters per test for minutes, so only the
+    report code is smoked here; ``nox -s bench -- quick`` runs the real thing small."""
+    import bench_continuous as cont
+
+    def session(scale: float, verdicts: dict[str, str]) -> dict[str, object]:
+        return {
+            "tests": {
+                name: {"verdict": v, "seconds": scale, "reason": "why" if v == "skip" else ""}
+                for name, v in verdicts.items()
+            },
+            "session_seconds": 10 * scale,
+            "load_before": [1.0, 1.0, 1.0],
+            "load_after": [2.0, 1.0, 1.0],
+        }
+
+    ok = {"test_a": "pass", "test_barrier": "pass", "test_c": "pass"}
+    data = {
+        "when": "now",
+        "n_tests": 3,
+        "rounds": [{"ours": session(1, ok), "torch": session(4, ok), "spawn": session(60, ok)}],
+        "poison": {
+            "test": "test_barrier",
+            "ours": session(1, {**ok, "test_barrier": "fail"}),
+            "torch": session(4, {**ok, "test_barrier": "error", "test_c": "skip"}),
+        },
+        "slice": {"warm": session(1, ok), "slice-spawn": session(55, ok)},
+    }
+    text = cont.render(data)
+    assert "**Verdicts:** 3 pass on every runner; identical test by test: yes." in text
+    assert "| round 1 | 10.0 s | 40.0 s | 600.0 s | **4.0x** vs torch; **60.0x** vs spawn" in text
+    assert "**4.0x** (median of 1); goal >= 3x." in text
+    assert "| 1 fail, 2 pass | 1 pass |" in text  # ours: the test after the failure passes
+    assert "| 1 error, 1 pass, 1 skip | 1 skip |" in text  # torch: poisoned
+    assert "**55.0x** (goal >= 50x)" in text

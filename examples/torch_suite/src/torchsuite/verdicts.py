@@ -19,7 +19,7 @@ from typing import Any
 
 from ._slice import SLICE
 
-RUNNERS = ("harness", "spawn")
+RUNNERS = ("harness", "warm", "spawn")
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,17 @@ class _Recorder(unittest.TestResult):
 
 
 def run_slice(runner: str, names: tuple[str, ...] = SLICE) -> dict[str, Verdict]:
-    """Run ``names`` of the slice on ``runner`` (``harness`` or ``spawn``) here."""
+    """Run ``names`` of the slice on ``runner`` (``harness``, ``warm`` or ``spawn``) here."""
     from . import cases
 
-    cls = cases.TestDistBackendOnHarness if runner == "harness" else cases.TestDistBackendWithSpawn
-    suite = unittest.TestSuite(cls(name) for name in names)
+    cls = {
+        "harness": cases.TestDistBackendOnHarness,
+        "warm": cases.TestDistBackendOnWarmGroup,
+        "spawn": cases.TestDistBackendWithSpawn,
+    }[runner]
+    # Nested: unittest runs setUpClass/tearDownClass around the class (the warm group's
+    # life) only for tests inside a suite.
+    suite = unittest.TestSuite([unittest.TestSuite(cls(name) for name in names)])
     recorder = _Recorder()
     suite.run(recorder)
     return recorder.verdicts
