@@ -85,6 +85,7 @@ _CPU_KEY = pytest.StashKey[int]()
 _DIR_KEY = pytest.StashKey[str]()
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """(xdist, controller) Tell each worker where to write the idle tests' node ids."""
     config = node.config
@@ -105,6 +106,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     os.replace(tmp, path)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if _DIR_KEY not in config.stash:
         return None
