@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tpbcast.harness import Status, TargetRef, WarmGroup
+from tpbcast.harness import Status, SyncTimeoutError, TargetRef, WarmGroup
 
 _STATE: dict[str, int] = {}
 
@@ -158,10 +158,23 @@ def test_a_skip_keeps_the_group_warm() -> None:
     assert again == pid
 
 
+def sync_alone(ctx: object) -> str:
+    """Rank 0 syncs on the name of the previous target; rank 1 does not come."""
+    if getattr(ctx, "rank", 0) == 1:
+        return "away"
+    try:
+        getattr(ctx, "sync")("same-name", timeout=0.5)
+    except SyncTimeoutError:
+        return "waited"
+    return "passed without rank 1"
+
+
 def test_sync_names_are_scoped_per_target() -> None:
     with WarmGroup(2, timeout=20) as group:
         assert group.run(sync_twice).values() == [0, 1]
         assert group.run(sync_twice).values() == [0, 1]
+        # The earlier targets' sync messages must not satisfy this target's sync point.
+        assert group.run(sync_alone).values() == ["waited", "away"]
 
 
 def test_close_reaps_every_rank() -> None:
