@@ -290,7 +290,12 @@ def bench(session: nox.Session) -> None:
     # 30+ gloo tests, one failing test on both continuous bases (torch's poison pill),
     # and the torch_suite slice on warm groups vs spawn (~15 min on 2 cores: the spawn
     # sides; `quick`: 3 tests, no slice); <reports>/bench/continuous*.
-    session.run("python", "benchmarks/bench_continuous.py", *out, *(CONTINUOUS_QUICK if quick else ("--slice",)))
+    session.run(
+        "python",
+        "benchmarks/bench_continuous.py",
+        *out,
+        *(CONTINUOUS_QUICK if quick else ("--slice",)),
+    )
     # fd count and RSS per rank over 10,000 broadcasts (first vs last thousand) and RSS per
     # rank at TP 8: the soak's report (<reports>/soak/, also `nox -s soak`; ~15 s; `quick`:
     # 1,000 broadcasts).

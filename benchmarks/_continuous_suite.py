@@ -244,7 +244,11 @@ class Bodies:
 
     def test_broadcast_uint8(self) -> None:
         self._ready()
-        t = torch.arange(256, dtype=torch.uint8) if self.rank == 0 else torch.zeros(256, dtype=torch.uint8)
+        t = (
+            torch.arange(256, dtype=torch.uint8)
+            if self.rank == 0
+            else torch.zeros(256, dtype=torch.uint8)
+        )
         dist.broadcast(t, 0)
         assert torch.equal(t, torch.arange(256, dtype=torch.uint8))
 

@@ -135,7 +135,9 @@ def render(data: dict[str, Any]) -> str:
         for r in names:
             if r == "ours":
                 continue
-            med = statistics.median(rnd[r]["session_seconds"] / rnd["ours"]["session_seconds"] for rnd in rounds)
+            med = statistics.median(
+                rnd[r]["session_seconds"] / rnd["ours"]["session_seconds"] for rnd in rounds
+            )
             goal = 3 if r == "torch" else None
             lines.append("")
             lines.append(
@@ -144,7 +146,9 @@ def render(data: dict[str, Any]) -> str:
                 + "."
             )
         per_test = {
-            r: statistics.median(sum(v["seconds"] for v in rnd[r]["tests"].values()) for rnd in rounds)
+            r: statistics.median(
+                sum(v["seconds"] for v in rnd[r]["tests"].values()) for rnd in rounds
+            )
             for r in names
         }
         lines += [
@@ -158,8 +162,7 @@ def render(data: dict[str, Any]) -> str:
     poison = data.get("poison")
     if poison:
         lines += [
-            f"**One failing test** (`{poison['test']}` fails in rank 1; "
-            f"{data['n_tests']} tests):",
+            f"**One failing test** (`{poison['test']}` fails in rank 1; {data['n_tests']} tests):",
             "",
             "| runner | verdicts | the tests after it | load |",
             "|---|---|---|---|",
@@ -212,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     runners = [r for r in opts.runners.split(",") if r]
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
-    data: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": []}
+    data: dict[str, Any] = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "rounds": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp) / "session.json"
         for i in range(opts.rounds):

@@ -7,15 +7,17 @@ one after another on 2 workers: most of a 143 s run.
 
 The rule (a scheduling rule, not a list of tests): a test that mostly waits carries
 ``@pytest.mark.idle_wait``.  With pytest-xdist, the run gets ``--tpbcast-idle-workers``
-extra workers (default 6) beside the ``-n`` ones; the extra workers take only
-``idle_wait`` tests, so the other tests keep exactly the concurrency ``-n`` gives them;
-the ``-n`` workers take ``idle_wait`` tests too once nothing else is left.
+extra workers (default 4) beside the ``-n`` ones; the extra workers take only
+``idle_wait`` tests and run at the lowest CPU priority (nice 19, inherited by their
+ranks), so the other tests keep the concurrency ``-n`` gives them and the CPU they had,
+also when the engine's waiting ranks spin; the ``-n`` workers take ``idle_wait`` tests
+too once nothing else is left.
 
 Why a spinning engine cannot turn a bound it meets into a FAIL: every bound test judges a
 call still blocked at its group deadline, and that deadline leaves a margin of 8 s (or
 more) beyond the bound.  An engine that meets the bound needs the CPU for a moment after
-its own deadline; under Linux's fair scheduler a runnable rank waits a few scheduling
-periods (tens of ms per competitor) for it, not seconds, also when the ranks of the
+its own deadline; under Linux's fair scheduler a runnable rank at nice 19 still gets a
+slice every few tens of ms per busy competitor, not seconds, also when the ranks of the
 overlapped tests spin (``sched_yield`` hands the CPU straight on).  The overlap is
 bounded (the extra workers), so that wait stays far inside the margin.  Shown by the
 mutants (a spinning, never-detecting engine still FAILs FAULT-1/2; the reference still
@@ -40,7 +42,9 @@ __all__ = ["IDLE_MARK", "IdleWaitScheduling"]
 
 IDLE_MARK: Final = "idle_wait"
 _INPUT_KEY: Final = "tpbcast_idle_ids"
-_IDLE_DEFAULT: Final = 6
+_IDLE_DEFAULT: Final = 4
+_IDLE_FLAG: Final = "tpbcast_idle_worker"
+_IDLE_NICE: Final = 19
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -91,6 +95,21 @@ def pytest_configure_node(node: Any) -> None:
     config = node.config
     if _DIR_KEY in config.stash:
         node.workerinput[_INPUT_KEY] = os.path.join(config.stash[_DIR_KEY], "ids")
+        node.workerinput[_IDLE_FLAG] = _worker_index(node) >= config.stash[_CPU_KEY]
+
+
+def _worker_index(node: Any) -> int:
+    gid = str(getattr(node.gateway, "id", "gw0"))
+    return int(gid[2:]) if gid.startswith("gw") and gid[2:].isdigit() else 0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """(idle worker) Lowest CPU priority for this worker and every rank it forks: an
+    engine whose ranks spin while they wait then spins on CPU time nobody else wants, and
+    the tests of the ``-n`` workers keep the CPU they had without the overlap."""
+    if getattr(session.config, "workerinput", {}).get(_IDLE_FLAG):
+        os.setpriority(os.PRIO_PROCESS, 0, _IDLE_NICE)
 
 
 @pytest.hookimpl(trylast=True)
@@ -121,7 +140,7 @@ class IdleWaitScheduling:
     queued test once a next one is queued or it is told to shut down, so each worker
     keeps two queued while its pool has work."""
 
-    def __init__(self, config: pytest.Config, log: Any, cpu_workers: int, ids_path: str):
+    def __init__(self, config: pytest.Config, log: Any, cpu_workers: int, ids_path: str) -> None:
         from xdist.workermanage import parse_tx_spec_config
 
         self.numnodes = len(parse_tx_spec_config(config))
@@ -151,13 +170,10 @@ class IdleWaitScheduling:
 
     @property
     def has_pending(self) -> bool:
-        return bool(
-            self.pending_busy or self.pending_idle or any(self.node2pending.values())
-        )
+        return bool(self.pending_busy or self.pending_idle or any(self.node2pending.values()))
 
     def _is_idle_worker(self, node: Any) -> bool:
-        gid = str(getattr(node.gateway, "id", "gw0"))
-        return gid.startswith("gw") and gid[2:].isdigit() and int(gid[2:]) >= self.cpu_workers
+        return _worker_index(node) >= self.cpu_workers
 
     def add_node(self, node: Any) -> None:
         self.node2pending[node] = []

@@ -84,9 +84,10 @@ class WarmGroup:
     pickled) and ``teardown(ctx, *setup_args)`` before a clean end; ``check(ctx,
     *setup_args)`` runs after each target that passed and returns reasons (strings) why
     the rank's state cannot be kept (e.g. "the test destroyed the process group"): any
-    reason re-forks the group before the next target.  All are named by reference.  ``setup_timeout`` is added to the deadline of the first target after a
-    fork.  Use as a context manager, or call :meth:`close`; the parent process must stay
-    free of torch ops while the group lives (see ``ForkSafetyError``).
+    reason re-forks the group before the next target.  All are named by reference.
+    ``setup_timeout`` is added to the deadline of the first target after a fork.  Use as
+    a context manager, or call :meth:`close`; the parent process must stay free of torch
+    ops while the group lives (see ``ForkSafetyError``).
     """
 
     def __init__(
@@ -262,7 +263,11 @@ class WarmGroup:
         ref = TargetRef.of(target)
         seconds = self.timeout if timeout is None else float(timeout)
         _validate(
-            self.world_size, seconds, self.fail_fast_grace, self.kill_grace, "default",
+            self.world_size,
+            seconds,
+            self.fail_fast_grace,
+            self.kill_grace,
+            "default",
             faults=faults,
         )
         payload_args = pickle.dumps(args)  # fails here, in the caller, if args do not pickle
@@ -293,9 +298,23 @@ class WarmGroup:
         replies, ended = self._collect(live, deadline)
         label = label or str(ref)
         if ended or len(replies) < self.world_size:
-            return self._end(live, replies, deadline, seconds, target_seed, start, label)
-        dirty = [f"rank {r}: {why}" for r, rep in replies.items() for why in rep[1]["dirty"]]
-        result = self._result(live, replies, target_seed, start, seconds, label, dirty)
+            return self._end(
+                live,
+                replies,
+                deadline=deadline,
+                seconds=seconds,
+                seed=target_seed,
+                start=start,
+                label=label,
+            )
+        dirty = [
+            f"rank {r}: {why}"
+            for r, rep in replies.items()
+            for why in _strings(rep[1].get("dirty"))
+        ]
+        result = self._result(
+            live, replies, seed=target_seed, start=start, seconds=seconds, label=label
+        )
         if dirty:
             self.refork_reasons.extend(dirty)
             self._retire(live)
@@ -336,11 +355,11 @@ class WarmGroup:
         self,
         live: _Live,
         replies: dict[int, tuple[str, dict[str, object], float]],
+        *,
         seed: int,
         start: float,
         seconds: float,
         label: str,
-        dirty: list[str],
     ) -> GroupResult:
         """The result of a target every rank answered: OK or SKIPPED per rank."""
         outcomes = []
@@ -377,6 +396,7 @@ class WarmGroup:
         self,
         live: _Live,
         replies: dict[int, tuple[str, dict[str, object], float]],
+        *,
         deadline: float,
         seconds: float,
         seed: int,
@@ -408,11 +428,19 @@ class WarmGroup:
                 timeout=seconds,
                 skip_codes=self.skip_exit_codes,
             )
-            return self._finish(live, seed, start, label, seconds, tuple(failure_order))
+            return self._finish(
+                live,
+                seed=seed,
+                start=start,
+                label=label,
+                seconds=seconds,
+                failure_order=tuple(failure_order),
+            )
 
     def _finish(
         self,
         live: _Live,
+        *,
         seed: int,
         start: float,
         label: str,
@@ -463,7 +491,12 @@ class WarmGroup:
                 skip_codes=self.skip_exit_codes,
             )
             return self._finish(
-                live, 0, start, "teardown", self.timeout, tuple(failure_order)
+                live,
+                seed=0,
+                start=start,
+                label="teardown",
+                seconds=self.timeout,
+                failure_order=tuple(failure_order),
             )
 
     def close(self) -> GroupResult | None:
@@ -472,6 +505,10 @@ class WarmGroup:
         if self._live is None:
             return None
         return self._retire(self._live)
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, tuple | list) else ()
 
 
 def _take_frame(live: _Live, r: int) -> tuple[str, dict[str, object]] | None:
@@ -493,7 +530,6 @@ def _serve_entry(ctx: object, per_rank: tuple[tuple[object, ...], ...]) -> objec
     assert isinstance(ctx, RankContext)
     pipes, hooks, capture_fds = per_rank[ctx.rank]
     return serve(ctx, pipes, hooks, capture_fds)  # type: ignore[arg-type]
-
 
 
 DISPATCH_CODES.add(_serve_entry.__code__)

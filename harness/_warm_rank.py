@@ -261,5 +261,4 @@ def serve(ctx: RankContext, pipes: RankPipes, hooks: Hooks, capture_fds: tuple[i
         write_all(pipes.replies, frame("ok", {"value": last, "dirty": dirty}))
 
 
-
 DISPATCH_CODES.add(serve.__code__)

@@ -71,7 +71,7 @@ def skip_everywhere(ctx: object) -> None:
 
 
 def sync_twice(ctx: object) -> int:
-    sync = getattr(ctx, "sync")
+    sync = ctx.sync
     sync("same-name")
     return getattr(ctx, "rank", -1)
 
@@ -163,7 +163,7 @@ def sync_alone(ctx: object) -> str:
     if getattr(ctx, "rank", 0) == 1:
         return "away"
     try:
-        getattr(ctx, "sync")("same-name", timeout=0.5)
+        ctx.sync("same-name", timeout=0.5)
     except SyncTimeoutError:
         return "waited"
     return "passed without rank 1"
