@@ -295,7 +295,14 @@ class WarmGroup:
                 write_all(live.commands[r], command)
             except BrokenPipeError:
                 break  # the rank is gone: the wait below sees its EOF
-        replies, ended = self._collect(live, deadline)
+            except BaseException:
+                self._abandon(live)
+                raise
+        try:
+            replies, ended = self._collect(live, deadline)
+        except BaseException:  # Ctrl-C, a bug: no rank outlives the call that lost track
+            self._abandon(live)
+            raise
         label = label or str(ref)
         if ended or len(replies) < self.world_size:
             return self._end(
@@ -498,6 +505,19 @@ class WarmGroup:
                 seconds=self.timeout,
                 failure_order=tuple(failure_order),
             )
+
+    def _abandon(self, live: _Live) -> None:
+        """Kill and reap this generation at once (the caller is unwinding), unjudged."""
+        self._live = None
+        with DeferredSignals():
+            _kill_and_reap(live.ranks, live.reaper)
+            live.reaper.close()
+            live.mesh.parent_close()
+            for fd in (*live.commands, *live.replies):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            _kill_survivors(live.ranks)
+            live.wd.remove(clean=False)
 
     def close(self) -> GroupResult | None:
         """End the running generation (teardown in each rank); its result, or None if

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tpbcast.harness import Status, SyncTimeoutError, TargetRef, WarmGroup
+from tpbcast.harness import FaultPlan, Kill, Status, SyncTimeoutError, TargetRef, WarmGroup
 
 _STATE: dict[str, int] = {}
 
@@ -193,3 +193,39 @@ def test_targets_go_by_reference_only() -> None:
     with pytest.raises(TypeError, match="by reference"):
         TargetRef.of(lambda ctx: None)
     assert str(TargetRef.of(count)).endswith(":count")
+
+
+def wait_for_kill(ctx: object) -> None:
+    ctx.point("die")  # type: ignore[attr-defined]
+
+
+def test_a_fault_plan_belongs_to_its_target() -> None:
+    plan = FaultPlan().at(1, "die", Kill(signal.SIGKILL))
+    with WarmGroup(2, timeout=20) as group:
+        killed = group.run(wait_for_kill, faults=plan)
+        after = group.run(wait_for_kill)  # same point, no plan: nothing fires
+    assert killed.outcomes[1].signal_name == "SIGKILL"
+    assert [f.point for f in killed.outcomes[1].faults] == ["die"]  # proof it fired
+    assert after.ok and after.outcomes[1].faults == ()
+
+
+def test_an_interrupted_run_leaves_no_rank() -> None:
+    group = WarmGroup(2, timeout=20)
+    group.run(count)
+    pids = group.pids
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            group.run(hang_in_rank_0, timeout=30)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert group.pids == ()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
