@@ -160,7 +160,9 @@ class IdleWaitScheduling:
 
     @property
     def collection_is_completed(self) -> bool:
-        return len(self.node2collection) >= self.numnodes
+        """Scheduling starts once the ``-n`` workers have collected: the idle workers
+        join when they are ready (a worker's start-up is seconds on a loaded machine)."""
+        return len(self.node2collection) >= min(self.numnodes, self.cpu_workers)
 
     @property
     def tests_finished(self) -> bool:
@@ -203,7 +205,7 @@ class IdleWaitScheduling:
         for index, nodeid in enumerate(self.collection):
             (self.pending_idle if nodeid in idle else self.pending_busy).append(index)
         # One idle test per idle worker before any gets a second: they all wait at once.
-        idle_nodes = [n for n in self.nodes if self._is_idle_worker(n)]
+        idle_nodes = [n for n in self.node2collection if self._is_idle_worker(n)]
         for depth in (1, 2):
             for node in idle_nodes:
                 if self.pending_idle and len(self.node2pending[node]) < depth:
@@ -218,7 +220,7 @@ class IdleWaitScheduling:
         node.send_runtest_some(take)
 
     def _check(self, node: Any) -> None:
-        if node.shutting_down:
+        if node.shutting_down or node not in self.node2collection:
             return
         queued = self.node2pending[node]
         if self._is_idle_worker(node):
