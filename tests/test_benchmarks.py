@@ -243,3 +243,29 @@ def test_bench_continuous_report_from_a_synthetic_run() -> None:
     assert "| 1 fail, 2 pass | 1 pass |" in text  # ours: the test after the failure passes
     assert "| 1 error, 1 pass, 1 skip | 1 skip |" in text  # torch: poisoned
     assert "**55.0x** (goal >= 50x)" in text
+
+
+def test_continuous_suite_runs_on_our_base(tmp_path: Path) -> None:
+    """The benchmark's suite end to end on tpbcast's continuous base, two tests, one made
+    to fail in rank 1: it fails alone, the other passes (torch's runners are the
+    benchmark's business: they spawn interpreters for seconds)."""
+    pytest.importorskip("expecttest")
+    out = tmp_path / "ours.json"
+    tests = "test_all_reduce_sum,test_barrier,test_broadcast_root0"
+    proc = subprocess.run(
+        [
+            *(sys.executable, str(BENCHMARKS / "_continuous_suite.py"), "ours"),
+            *("--tests", tests, "--fail", "test_barrier", "--json", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    verdicts = {k: v["verdict"] for k, v in json.loads(out.read_text())["tests"].items()}
+    assert verdicts == {
+        "test_all_reduce_sum": "pass",
+        "test_barrier": "fail",
+        "test_broadcast_root0": "pass",
+    }
