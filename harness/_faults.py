@@ -25,7 +25,8 @@ from typing import Protocol
 
 from . import _companions
 from ._outcome import signal_name
-from ._proc import PR_SET_PDEATHSIG_KILL, save_coverage, set_pdeathsig, stat_fields
+from ._observe import stat_fields
+from ._proc import PR_SET_PDEATHSIG_KILL, save_coverage, set_pdeathsig
 
 __all__ = [
     "Delay",

@@ -45,10 +45,10 @@ from ._proc import (
     fork_child,
     group_alive,
     killpg_quiet,
-    list_group_members,
     preload,
     restore_signal_mask,
 )
+from ._observe import list_group_members
 from ._rank import EXIT_BOOTSTRAP, RankSpec, make_context, rank_main
 from ._reaper import Reaper, WaitStatus
 from ._verdict import RankState, failed, judge

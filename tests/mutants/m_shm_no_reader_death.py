@@ -11,7 +11,7 @@ from __future__ import annotations
 from .shm_ring import ShmRingBroadcaster, _Segment
 
 DEFECT = "shm ring: the writer never tests a reader's liveness (a full ring waits for the deadline)"
-KILLS = ("SHM-6",)
+KILLS = ("FAULT-1",)
 FAST = True
 
 
