@@ -1,6 +1,6 @@
 """Core clauses staged for every transport: the adapter contract, process faults, /proc.
 
-Issue 22, Deliver 2.  The tests of the area files stage many core clauses through uds-v1
+The tests of the area files stage many core clauses through uds-v1
 rogues (``staged_via``), which an implementation of another transport cannot meet.  These
 stage the same clauses with what every CPU TP broadcaster has: bad arguments, a peer that
 never calls initialize, a rank killed by the harness, signal storms; and they observe from

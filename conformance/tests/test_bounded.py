@@ -1,6 +1,6 @@
 """Bounded waits for every transport: a dead peer or a dead root ends a call with an error.
 
-Issue 22, Deliver 3: whatever the transport (socket fan-out, shared-memory ring), a call
+Whatever the transport (socket fan-out, shared-memory ring), a call
 blocked by a dead or vanished peer or root must end with an error within the bound the SPEC
 states (:data:`DEAD_BOUND`, FAULT-1 and FAULT-2), with the implementation's *default*
 deadlines: no deadline is a FAIL here, not UNSUPPORTED.  The faults are process faults (the

@@ -163,7 +163,7 @@ def test_peer_that_never_arrives(tpbcast_run, tpbcast_impl):
     )
 
 
-# 0.6 (was 0.8): a 0.3 s gap against a 0.5 s per-peer deadline leaves 0.2 s of scheduling
+# 0.6: a 0.3 s gap against a 0.5 s per-peer deadline leaves 0.2 s of scheduling
 # noise before a per-peer-deadline implementation would time out too (and pass unjudged).
 _STAGGER = 0.6
 

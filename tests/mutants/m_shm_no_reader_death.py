@@ -3,7 +3,7 @@
 The correct ring tests each reader's lock byte at the start of a broadcast and while it
 waits for room.  This mutant never does: once the dead reader's unread chunks fill the
 ring, rank 0 waits out its whole I/O deadline, like vLLM's writer spinning in
-``acquire_write`` (issue 22, vLLM PR #45644).
+``acquire_write`` (vLLM PR #45644).
 """
 
 from __future__ import annotations
