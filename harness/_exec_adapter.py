@@ -61,9 +61,9 @@ from ._exec_protocol import (
     initialize_request,
     request,
 )
+from ._observe import fd_targets
 from ._outcome import signal_name
 from ._plumbing import forget_private_fd, register_private_fd
-from ._observe import fd_targets
 from ._proc import PR_SET_PDEATHSIG_KILL, set_pdeathsig
 
 __all__ = ["EXEC_PREFIX", "ExecBroadcaster", "load_exec_implementation"]

@@ -42,7 +42,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import psutil
 
@@ -54,9 +54,9 @@ __all__ = [
     "alive",
     "all_stopped",
     "dead",
+    "descendants",
     "describe",
     "describe_fd",
-    "descendants",
     "fd_cloexec",
     "fd_targets",
     "held",
@@ -574,10 +574,10 @@ def save_observation(path: str, value: object) -> None:
     os.replace(tmp, path)
 
 
-def load_observation(path: str, default: object = None) -> object:
+def load_observation(path: str, default: Any = None) -> Any:
     """What :func:`save_observation` kept at ``path``; ``default`` if nothing was."""
     try:
         with open(path, "rb") as fh:
-            return pickle.load(fh)
+            return pickle.load(fh)  # noqa: S301 - our own ranks' files, in our own tmp dir
     except (OSError, EOFError, pickle.UnpicklingError):
         return default

@@ -2,9 +2,10 @@
 
 Kept apart so each caller stays readable: ``prctl`` through ctypes (Python has no binding),
 coverage saving before ``os._exit`` (coverage only saves from atexit, which ``os._exit``
-skips), "is anything of ours still alive" probes that cost one syscall each, the guard that keeps Python signal
-handlers from raising between a fork and the bookkeeping of the child's pid, and the mask
-that holds signals sent to a fresh rank until its own handlers exist.
+skips), "is anything of ours still alive" probes that cost one syscall each, the guard
+that keeps Python signal handlers from raising between a fork and the bookkeeping of the
+child's pid, and the mask that holds signals sent to a fresh rank until its own handlers
+exist.  Reading a process's state from outside is :mod:`._observe`'s job.
 """
 
 from __future__ import annotations

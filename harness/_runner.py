@@ -38,6 +38,7 @@ from ._channel import RecordWriter, read_records
 from ._faults import FaultPlan
 from ._forksafety import check_fork_safety, ranks_need_single_torch
 from ._mesh import Mesh
+from ._observe import list_group_members
 from ._outcome import GroupResult
 from ._proc import (
     DeferredSignals,
@@ -48,7 +49,6 @@ from ._proc import (
     preload,
     restore_signal_mask,
 )
-from ._observe import list_group_members
 from ._rank import EXIT_BOOTSTRAP, RankSpec, make_context, rank_main
 from ._reaper import Reaper, WaitStatus
 from ._verdict import RankState, failed, judge

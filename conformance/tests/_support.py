@@ -9,7 +9,6 @@ citing the clause, live in the test.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
@@ -547,6 +546,7 @@ def once_per_run(shared_dir: Any, name: str, compute: Callable[[], Any], timeout
 
 
 # --------------------------------------------------------------------------- named leftovers
+
 
 def private_tmpdir(ctx: Any) -> None:
     """Point this rank's TMPDIR (and :mod:`tempfile`) at its group's workdir, so whatever an

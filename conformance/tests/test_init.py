@@ -654,8 +654,7 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
     s.fault_happened(
         "INIT-11",
         ended.failed,
-        f"rank 0's initialize against a peer announcing rank 9 "
-        f"did not fail ({ended})",
+        f"rank 0's initialize against a peer announcing rank 9 did not fail ({ended})",
     )
     initialized, leaked, leftover = clean
     s.check("INIT-12", not initialized, "false after a failed initialize", initialized, rank=0)
@@ -996,5 +995,9 @@ def test_silent_connection_does_not_delay_rejecting_a_bad_one(tpbcast_run, tpbca
         rank=0,
     )
     s.check(
-        "INIT-17", report.probe != wire.PROBE, "the bad connection never gets the probe", report, rank=0
+        "INIT-17",
+        report.probe != wire.PROBE,
+        "the bad connection never gets the probe",
+        report,
+        rank=0,
     )

@@ -13,9 +13,9 @@ transport), not a clause of its own here.
 
 Optional adapter members read here, never required: ``chunk_size()`` (bytes per ring
 slot: payloads of several chunks) and ``buffered_broadcasts`` (how many broadcasts, one
-chunk each at most, the writer may run ahead of its slowest reader: the ring's slots).  With the ``deadlines`` capability the I/O deadline is
-set to 60 s, far above every bound here: a detection must come from the implementation
-seeing the death, not from a timeout.
+chunk each at most, the writer may run ahead of its slowest reader: the ring's slots).
+With the ``deadlines`` capability the I/O deadline is set to 60 s, far above every bound
+here: a detection must come from the implementation seeing the death, not from a timeout.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import pytest
 
 from tpbcast.harness import Kill, observe
 
-from . import _watch
 from . import _support as s
+from . import _watch
 
 DETECT = 10.0  # SHM-9, SHM-11: a dead peer or a lost payload is an error by then
 RELEASE = 5.0  # SHM-7, SHM-8: reset releases a blocked call by then
@@ -183,7 +183,9 @@ def _observed_life(impl, obs, *, watch_root=False, victim=None, how="kill"):
 def _gather(obs, world_size):
     held, helpers = {}, set()
     for rank in range(world_size):
-        seen = observe.load_observation(os.path.join(obs, f"r{rank}"), {"held": {}, "helpers": set()})
+        seen = observe.load_observation(
+            os.path.join(obs, f"r{rank}"), {"held": {}, "helpers": set()}
+        )
         held.update(seen["held"])
         helpers |= seen["helpers"]
     return held, helpers
@@ -200,7 +202,11 @@ def _judge_left(cid, result, obs, when):
         f"no name the implementation created is left ({when})",
         f"still there: {left}",
     )
-    left = [p for p in result.leftover_files if not os.path.basename(p).startswith(observe.PID_FILE_PREFIX)]
+    left = [
+        p
+        for p in result.leftover_files
+        if not os.path.basename(p).startswith(observe.PID_FILE_PREFIX)
+    ]
     s.check(
         cid,
         not left,
@@ -285,7 +291,8 @@ seen = observe.new_held(before, observe.held())
 buf = bytearray(b"x" * 100) if rank == 0 else bytearray(100)
 bcast.broadcast(buf)
 seen.update(observe.new_held(before, observe.held()))
-observe.save_observation(out, {"held": seen, "helpers": observe.descendants() - kids, "ok": bytes(buf) == b"x" * 100})
+helpers = observe.descendants() - kids
+observe.save_observation(out, {"held": seen, "helpers": helpers, "ok": bytes(buf) == b"x" * 100})
 print("broadcast done", flush=True)
 # no reset(): the interpreter exits normally (atexit handlers run)
 """
@@ -357,7 +364,9 @@ def test_sigkill_leaves_no_name(tpbcast_run, tpbcast_impl, tpbcast_faults, tmp_p
     test_pgrp = os.getpgrp()
     for rank in victims:
         outcome = result.outcomes[rank]
-        s.fault_happened("SHM-3", outcome.signal_name == "SIGKILL", f"rank {rank}: {outcome.summary()}")
+        s.fault_happened(
+            "SHM-3", outcome.signal_name == "SIGKILL", f"rank {rank}: {outcome.summary()}"
+        )
         s.precondition(
             "SHM-3",
             observe.load_observation(os.path.join(obs, f"r{rank}.pgrp")) != test_pgrp,
@@ -616,8 +625,7 @@ def _stale_target(tpbcast_impl, earlier, world):
         first = _watch.Call(bcast.initialize, 1, world, ctx.base_path)
         if earlier == "root-killed-in-bootstrap":
             first.wait(5.0)  # rank 0 is still waiting for rank 2: its names are published
-            with open(_pid_file(ctx, 0)) as fh:
-                os.kill(int(fh.read()), signal.SIGKILL)
+            os.kill(s.published_pid(ctx, 0, "SHM-11"), signal.SIGKILL)
             ctx.record("fault", action="SIGKILL rank 0 during its bootstrap")
             gone = _await_death(ctx, 0) is not None
         else:

@@ -22,7 +22,6 @@ from . import _support as s
 from . import _watch
 
 
-
 @pytest.mark.clause("WIRE-1", "WIRE-4", "WIRE-6", "WIRE-9", "WIRE-12")
 @pytest.mark.world_size(2, 3)
 def test_root_sends_raw_payloads_to_byte_level_peers(tpbcast_run, tpbcast_impl, world_size):
