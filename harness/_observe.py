@@ -81,6 +81,7 @@ __all__ = [
     "unix_listening",
     "wait_dead",
     "wait_gone",
+    "wait_until",
 ]
 
 SHM_DIR: Final = "/dev/shm"
@@ -142,7 +143,7 @@ def publish_pid(directory: str, rank: int) -> None:
 def published_pid(directory: str, rank: int, timeout: float) -> int | None:
     """Rank ``rank``'s published pid, waiting up to ``timeout`` s for it; None if never."""
     path = pid_path(directory, rank)
-    if not _poll(lambda: os.path.exists(path), timeout):
+    if not wait_until(lambda: os.path.exists(path), timeout):
         return None
     with open(path) as fh:
         return int(fh.read())
@@ -160,17 +161,18 @@ def dead(pid: int) -> bool:
 def wait_dead(pid: int, timeout: float) -> float | None:
     """Poll until ``pid`` has exited; the monotonic time it was seen dead, None at
     ``timeout``."""
-    return time.monotonic() if _poll(lambda: dead(pid), timeout) else None
+    return time.monotonic() if wait_until(lambda: dead(pid), timeout) else None
 
 
-def _poll(predicate: Callable[[], bool], timeout: float) -> bool:
+def wait_until(predicate: Callable[[], object], timeout: float, interval: float = _POLL) -> bool:
+    """Poll ``predicate`` until true or ``timeout`` s pass (a deadline, not a sleep)."""
     deadline = time.monotonic() + timeout
     while True:
         if predicate():
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(_POLL)
+        time.sleep(interval)
 
 
 # --------------------------------------------------------------------------- processes

@@ -41,6 +41,7 @@ from ._observe import (
     unix_listening,
     wait_dead,
     wait_gone,
+    wait_until,
 )
 
 __all__ = [
@@ -74,4 +75,5 @@ __all__ = [
     "unix_listening",
     "wait_dead",
     "wait_gone",
+    "wait_until",
 ]

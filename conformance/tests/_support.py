@@ -17,7 +17,7 @@ import re
 import socket
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -287,15 +287,8 @@ def connect_refused(path: str) -> bool:
     return False
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.005) -> bool:
-    """Poll ``predicate`` until true or ``timeout`` s pass (a deadline, not a sleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
+wait_for: Final = observe.wait_until
+"""Poll a predicate until true or a timeout passes (a deadline, not a sleep)."""
 
 
 def wait_until_blocked(thread: Any, timeout: float = 10.0) -> bool:
@@ -478,9 +471,12 @@ def read_window(sock: socket.socket, window: float) -> bytes | None:
         return b""
 
 
-def listening_sockets(before: dict[FdKey, str], bcast: object = None) -> list[str]:
-    """Addresses of listening sockets opened since ``before`` (``SO_ACCEPTCONN``)."""
-    found = []
+def new_sockets(
+    before: dict[FdKey, str], bcast: object = None
+) -> Iterator[tuple[FdKey, socket.socket]]:
+    """Each socket opened since ``before`` (:func:`fd_table`), as a socket of this process
+    (a duplicate, closed when the loop moves on; the implementation's stays open).  One
+    closed meanwhile (a refused connect attempt) is skipped."""
     for key, what in new_fds(before, bcast).items():
         if not what.startswith("socket:"):
             continue
@@ -489,9 +485,16 @@ def listening_sockets(before: dict[FdKey, str], bcast: object = None) -> list[st
         except OSError:
             continue
         with sock:
-            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-                name = sock.getsockname()
-                found.append(name if isinstance(name, str) else repr(name))
+            yield key, sock
+
+
+def listening_sockets(before: dict[FdKey, str], bcast: object = None) -> list[str]:
+    """Addresses of listening sockets opened since ``before`` (``SO_ACCEPTCONN``)."""
+    found = []
+    for _, sock in new_sockets(before, bcast):
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            name = sock.getsockname()
+            found.append(name if isinstance(name, str) else repr(name))
     return found
 
 

@@ -886,19 +886,12 @@ def test_connect_fails_at_once_on_eacces(tpbcast_run, tpbcast_impl):
 
 def _connected_to(before, path, bcast=None):
     """True if a socket opened since ``before`` is connected to ``path`` (getpeername)."""
-    for key, what in s.new_fds(before, bcast).items():
-        if not what.startswith("socket:"):
-            continue
+    for _, sock in s.new_sockets(before, bcast):
         try:
-            sock = socket.socket(fileno=s.dup_fd(key))
+            if sock.getpeername() == path:
+                return True
         except OSError:
-            continue  # closed meanwhile (a refused connect attempt)
-        with sock:
-            try:
-                if sock.getpeername() == path:
-                    return True
-            except OSError:
-                continue  # not connected yet
+            continue  # not connected yet
     return False
 
 
