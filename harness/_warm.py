@@ -54,7 +54,7 @@ from ._verdict import RankState, _read_text, judge
 from ._warm_rank import RankPipes, TargetRef, serve, write_all
 from ._workdir import CaptureFds, Workdir
 
-__all__ = ["TargetRef", "WarmGroup"]
+__all__ = ["WarmGroup"]
 
 _LIFETIME = 10 * 365 * 24 * 3600.0  # the ranks' own deadline: the parent enforces targets'
 _LEN = 4

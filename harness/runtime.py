@@ -3,7 +3,8 @@
 Where workdirs live (``WORKDIR_ROOT_ENV``, ``WORKDIR_PREFIX``), making a private session
 directory and sweeping the ones dead sessions left (:func:`make_private_dir`,
 :func:`sweep_stale_dirs`), releasing pooled workdirs at session end, the variable that
-replays a schedule (``SEED_ENV``), and the fork-safety probe (:func:`native_threads`) that
+replays a schedule (``SEED_ENV``), how a warm group names a target (``TargetRef``: module
+and qualified name), and the fork-safety probe (:func:`native_threads`) that
 decides whether forking now would hang the ranks (``ForkSafetyError``, raised by
 ``run_ranks``, is in the test author's API).  A test author needs none of it.
 """
@@ -14,6 +15,7 @@ from ._faults import PlannedFault
 from ._forksafety import NativeThread, native_threads
 from ._runner import SEED_ENV
 from ._stale import make_private_dir, sweep_stale_dirs
+from ._warm_rank import TargetRef
 from ._workdir import WORKDIR_PREFIX, WORKDIR_ROOT_ENV, release_workdirs
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "WORKDIR_ROOT_ENV",
     "NativeThread",
     "PlannedFault",
+    "TargetRef",
     "make_private_dir",
     "native_threads",
     "release_workdirs",

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from tpbcast.harness import FaultPlan, Kill, Status, SyncTimeoutError, TargetRef, WarmGroup
+from tpbcast.harness import FaultPlan, Kill, Status, SyncTimeoutError, WarmGroup
+from tpbcast.harness.runtime import TargetRef
 
 _STATE: dict[str, int] = {}
 
