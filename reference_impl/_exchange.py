@@ -1,0 +1,228 @@
+"""One framed broadcast: frames out, acknowledgements in, one shared decision.
+
+Rank 0 (wire doc §4): for each peer in ascending order, the header then the payload; then
+one acknowledgement 0x6b from each peer; then THE COMMIT: the decision word of this
+generation goes from the value seen at entry to the generation number.  A peer: the header
+(magic and byte count checked), the payload, its acknowledgement, then it waits until the
+word changes: the generation means success, the generation with bit 31 means abort.
+
+Whoever fails first publishes the abort (the same compare-and-swap), so the decision is
+one value every rank reads: no rank returns success for a broadcast another rank fails.
+A peer whose wait fails (rank 0 gone, the deadline passed) tries to publish the abort; if
+rank 0's commit is already there, the commit stands and the peer returns success with the
+others (the order is the word's, not the peer's clock).
+
+Where ours deliberately differs from upstream: one deadline per CALL (frames, acks and the
+decision wait together), not per I/O step, so a call never waits longer than its
+deadline and its error says how long it really waited; a zero-byte broadcast is a frame
+like any other, so a rank that broadcasts 0 bytes where the others send n is detected
+(a size mismatch) instead of shifting the stream by one frame.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+from collections.abc import Sequence
+from typing import Final
+
+from ._errors import BroadcastError, BroadcastTimeoutError, HandshakeError, PeerClosedError
+from ._framed import ABORT_BIT, ACK, HEADER_SIZE, MAGIC, DecisionBoard, pack_header, unpack_header
+from ._io import Deadline, Site, recv_exact, send_all
+
+__all__ = ["GenerationAbortedError", "check_not_stale", "root_exchange", "peer_exchange"]
+
+# How often a peer waiting for the decision re-reads the word and checks that rank 0 is
+# alive: rank 0's death without a decision is noticed within this slice.
+_DECISION_SLICE_MS: Final = 10
+_ACK_BYTE: Final = bytes([ACK])
+
+
+class GenerationAbortedError(BroadcastError, RuntimeError):
+    """The group's decision for this broadcast is abort (another rank failed it)."""
+
+
+def check_not_stale(board: DecisionBoard, generation: int, rank: int) -> int:
+    """The word this generation starts from; refuses a generation already aborted (by a
+    peer's failure or ``abort(reason)``) before any I/O."""
+    word = board.load(generation)
+    if word == generation | ABORT_BIT:
+        raise GenerationAbortedError(
+            f"generation {generation} was already aborted (decision 0x{word:08x}) by another "
+            "rank's failure or abort(); reset() and initialize() again",
+            rank=rank,
+            phase="decision",
+        )
+    return word
+
+
+def _publish_abort(board: DecisionBoard, generation: int, seen: int) -> int:
+    return board.publish(generation, seen, generation | ABORT_BIT)
+
+
+def root_exchange(
+    links: Sequence[tuple[socket.socket, Site, select.poll]],
+    views: Sequence[memoryview],
+    total: int,
+    deadline: Deadline,
+    board: DecisionBoard,
+    generation: int,
+    seen: int,
+    abort_fd: int | None,
+) -> None:
+    """Rank 0's half; returns only once the commit is published."""
+    header = memoryview(pack_header(total))
+    try:
+        for sock, site, poller in links:
+            send_all(sock, header, deadline, site, total=HEADER_SIZE + total, abort_fd=abort_fd,
+                     poller=poller)
+            done = HEADER_SIZE
+            for view in views:
+                done += send_all(sock, view, deadline, site, offset=done,
+                                 total=HEADER_SIZE + total, abort_fd=abort_fd, poller=poller)
+        for sock, site, _poller in links:
+            _read_ack(sock, site, deadline, abort_fd)
+    except BaseException:
+        _publish_abort(board, generation, seen)
+        raise
+    decided = board.publish(generation, seen, generation)
+    if decided != generation:
+        raise GenerationAbortedError(
+            f"commit of generation {generation} refused: a peer published abort first "
+            f"(decision 0x{decided:08x}), so no rank returns success for it",
+            rank=0,
+            phase="decision",
+            elapsed=deadline.elapsed(),
+        )
+
+
+def _read_ack(sock: socket.socket, site: Site, deadline: Deadline, abort_fd: int | None) -> None:
+    got = bytearray(1)
+    ack_site = Site(site.rank, site.peer, "acknowledgement", site.path, site.who)
+    recv_exact(sock, memoryview(got), deadline, ack_site, abort_fd=abort_fd)
+    if got[0] != ACK:
+        raise HandshakeError(
+            f"{site.who} acknowledged with 0x{got[0]:02x}, not 0x{ACK:02x}",
+            rank=site.rank,
+            peer=site.peer,
+            phase="acknowledgement",
+            elapsed=deadline.elapsed(),
+            path=site.path,
+        )
+
+
+def peer_exchange(
+    sock: socket.socket,
+    site: Site,
+    poller: select.poll,
+    views: Sequence[memoryview],
+    total: int,
+    deadline: Deadline,
+    board: DecisionBoard,
+    generation: int,
+    seen: int,
+    abort_fd: int | None,
+) -> None:
+    """A peer's half; returns only once rank 0's commit is read from the shared word."""
+    try:
+        raw = bytearray(HEADER_SIZE)
+        recv_exact(sock, memoryview(raw), deadline, site, total=HEADER_SIZE + total,
+                   abort_fd=abort_fd, poller=poller, wait_first=True)
+        magic, nbytes = unpack_header(raw)
+        if magic != MAGIC or nbytes != total:
+            raise HandshakeError(
+                f"frame header mismatch: magic 0x{magic:016x} (expected 0x{MAGIC:016x}), "
+                f"{nbytes} payload bytes announced where this rank broadcasts {total}",
+                rank=site.rank,
+                peer=0,
+                phase="frame header",
+                elapsed=deadline.elapsed(),
+                path=site.path,
+            )
+        done = HEADER_SIZE
+        for view in views:
+            done += recv_exact(sock, view, deadline, site, offset=done, total=HEADER_SIZE + total,
+                               abort_fd=abort_fd, poller=poller)
+        send_all(sock, memoryview(_ACK_BYTE), deadline,
+                 Site(site.rank, 0, "acknowledgement", site.path, "rank 0"), abort_fd=abort_fd)
+    except BaseException:
+        _publish_abort(board, generation, seen)
+        raise
+    _await_decision(sock, site, deadline, board, generation, seen, abort_fd)
+
+
+def _await_decision(
+    sock: socket.socket,
+    site: Site,
+    deadline: Deadline,
+    board: DecisionBoard,
+    generation: int,
+    seen: int,
+    abort_fd: int | None,
+) -> None:
+    """Until the word leaves ``seen``.  On a failed wait, the abort is published only if
+    the word still holds ``seen``: a commit that is already there wins."""
+    health = select.poll()
+    health.register(sock.fileno(), select.POLLIN)
+    sleeper = select.poll()
+    if abort_fd is not None:
+        sleeper.register(abort_fd, select.POLLIN)
+    while True:
+        word = board.load(generation)
+        if word != seen:
+            break
+        problem = _wait_problem(sock, health, sleeper, deadline, abort_fd)
+        if problem is None:
+            continue
+        word = _publish_abort(board, generation, seen)
+        if word == generation:
+            return  # rank 0 committed before our failure: the commit stands
+        cls, reason, code = problem
+        raise cls(
+            f"{reason} while waiting for the decision of generation {generation} "
+            f"(decision now 0x{word:08x})",
+            rank=site.rank,
+            peer=0,
+            phase="decision",
+            elapsed=deadline.elapsed(),
+            path=site.path,
+            errno_name=code,
+        )
+    if word == generation:
+        return
+    raise GenerationAbortedError(
+        f"generation {generation} was aborted by the group (decision 0x{word:08x}): another "
+        "rank failed it, so this rank fails it too",
+        rank=site.rank,
+        phase="decision",
+        elapsed=deadline.elapsed(),
+        path=site.path,
+    )
+
+
+def _wait_problem(
+    sock: socket.socket,
+    health: select.poll,
+    sleeper: select.poll,
+    deadline: Deadline,
+    abort_fd: int | None,
+) -> tuple[type[BroadcastError], str, str] | None:
+    """One slice of the decision wait; what went wrong, or None to look again."""
+    if deadline.expired():
+        return BroadcastTimeoutError, f"the {deadline.describe()} passed", "ETIMEDOUT"
+    for _fd, events in health.poll(0):
+        if events & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+            return PeerClosedError, "rank 0 closed its connection", "ECONNRESET"
+        try:
+            alive = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            alive = b"?"
+        except OSError:
+            alive = b""
+        if not alive:
+            return PeerClosedError, "rank 0 closed its connection", "ECONNRESET"
+    left = deadline.poll_ms()
+    slice_ms = _DECISION_SLICE_MS if left is None else min(left, _DECISION_SLICE_MS)
+    if sleeper.poll(slice_ms) and abort_fd is not None:
+        return BroadcastError, "aborted by reset() from another thread", "ECANCELED"
+    return None
