@@ -41,6 +41,12 @@ targets of them; the functions can also be called directly):
 - root ``wrong_probe``: sends a probe byte other than 0x5a
 - root ``dies_mid_broadcast``: probe, then N payload bytes in wire order, then closes
 - root ``recording``: well-behaved; records raw handshakes, sends given payloads
+
+The framed wire's rogues (``framed_peer``, ``framed_root``: a peer that never
+acknowledges, acknowledges twice or wrongly, maps nothing; a root with a wrong magic or
+count, a commit before the acknowledgements, a death between the acknowledgements and the
+commit, an abort for a generation, a careless state file) are functions with hooks, called
+from a rank target; see :mod:`._rogue_framed`.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ from ._rogue_peer import (
     peer_stall_mid_payload,
     peer_truncated_handshake,
 )
+from ._rogue_framed import ACK_BEHAVIOURS, FramedReport, framed_peer, framed_root
 from ._rogue_report import LinkReport, RogueAction, RogueError, RogueReport
 from ._rogue_root import (
     root_dies_mid_broadcast,
@@ -72,6 +79,7 @@ from ._rogue_root import (
 )
 
 __all__ = [
+    "ACK_BEHAVIOURS",
     "PEER_BEHAVIOURS",
     "ROOT_BEHAVIOURS",
     "LinkReport",
@@ -79,6 +87,9 @@ __all__ = [
     "RogueError",
     "RogueReport",
     "RogueTarget",
+    "FramedReport",
+    "framed_peer",
+    "framed_root",
     "rogue_peer",
     "rogue_root",
 ]

@@ -73,6 +73,7 @@ def root_exchange(
     """Rank 0's half; returns only once the commit is published."""
     header = memoryview(pack_header(total))
     try:
+        _nothing_out_of_turn(links, deadline)
         for sock, site, poller in links:
             send_all(sock, header, deadline, site, total=HEADER_SIZE + total, abort_fd=abort_fd,
                      poller=poller)
@@ -93,6 +94,36 @@ def root_exchange(
             rank=0,
             phase="decision",
             elapsed=deadline.elapsed(),
+        )
+
+
+def _nothing_out_of_turn(
+    links: Sequence[tuple[socket.socket, Site, select.poll]], deadline: Deadline
+) -> None:
+    """Between two broadcasts a peer has nothing to say: a byte already waiting (a second
+    acknowledgement, a stray token) would be taken for this frame's acknowledgement and
+    commit a generation that peer never confirmed."""
+    watch = select.poll()
+    by_fd = {}
+    for sock, site, _poller in links:
+        watch.register(sock.fileno(), select.POLLIN)
+        by_fd[sock.fileno()] = (sock, site)
+    for fd, _events in watch.poll(0):
+        sock, site = by_fd[fd]
+        try:
+            stray = sock.recv(16, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            continue
+        except OSError:
+            stray = b""
+        what = f"{len(stray)} byte(s) out of turn ({stray.hex()})" if stray else "closed its link"
+        raise HandshakeError(
+            f"{site.who} {what} before this broadcast's frame; the stream is out of sync",
+            rank=site.rank,
+            peer=site.peer,
+            phase="broadcast",
+            elapsed=deadline.elapsed(),
+            path=site.path,
         )
 
 
