@@ -65,6 +65,8 @@ class FramedReport:
     role: str
     probe: int | None = None
     state_facts: FileFacts | None = None
+    announced: dict[int, bytes] = field(default_factory=dict)
+    """Rank 0 only: each connection's raw 4-byte announcement, by the rank it announced."""
     ready: dict[int, int | str] = field(default_factory=dict)
     """Rank 0 only: each peer's state-ready byte, or how its stream ended instead."""
     headers: list[tuple[int, int]] = field(default_factory=list)
@@ -191,7 +193,9 @@ def _bootstrap_root(
     links: list[tuple[int, socket.socket]] = []
     for _ in range(world_size - 1):
         sock = accept(listener, deadline, what="rogue framed root accept")
-        links.append((unpack_rank(recv_exact(sock, RANK_SIZE, deadline)), sock))
+        raw = recv_exact(sock, RANK_SIZE, deadline, what="rogue framed root announcement")
+        report.announced[unpack_rank(raw)] = raw
+        links.append((unpack_rank(raw), sock))
     links.sort()
     for _rank, sock in links:
         send_all(sock, bytes([PROBE]), deadline, what="rogue framed probe")

@@ -75,12 +75,13 @@ def root_exchange(
     try:
         _nothing_out_of_turn(links, deadline)
         for sock, site, poller in links:
-            send_all(sock, header, deadline, site, total=HEADER_SIZE + total, abort_fd=abort_fd,
-                     poller=poller)
-            done = HEADER_SIZE
+            # Byte counts in errors are the payload's (what the caller asked to move); a
+            # failure in the header shows as 0 of them done.
+            send_all(sock, header, deadline, site, total=total, abort_fd=abort_fd, poller=poller)
+            done = 0
             for view in views:
-                done += send_all(sock, view, deadline, site, offset=done,
-                                 total=HEADER_SIZE + total, abort_fd=abort_fd, poller=poller)
+                done += send_all(sock, view, deadline, site, offset=done, total=total,
+                                 abort_fd=abort_fd, poller=poller)
         for sock, site, _poller in links:
             _read_ack(sock, site, deadline, abort_fd)
     except BaseException:
@@ -112,13 +113,13 @@ def _nothing_out_of_turn(
         sock, site = by_fd[fd]
         try:
             stray = sock.recv(16, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            continue
         except OSError:
-            stray = b""
-        what = f"{len(stray)} byte(s) out of turn ({stray.hex()})" if stray else "closed its link"
+            continue  # closed or reset: the frame's write reports it, with its byte counts
+        if not stray:
+            continue
         raise HandshakeError(
-            f"{site.who} {what} before this broadcast's frame; the stream is out of sync",
+            f"{site.who} sent {len(stray)} byte(s) out of turn ({stray.hex()}) before this "
+            "broadcast's frame; the stream is out of sync",
             rank=site.rank,
             peer=site.peer,
             phase="broadcast",
@@ -157,7 +158,7 @@ def peer_exchange(
     """A peer's half; returns only once rank 0's commit is read from the shared word."""
     try:
         raw = bytearray(HEADER_SIZE)
-        recv_exact(sock, memoryview(raw), deadline, site, total=HEADER_SIZE + total,
+        recv_exact(sock, memoryview(raw), deadline, site, total=total,
                    abort_fd=abort_fd, poller=poller, wait_first=True)
         magic, nbytes = unpack_header(raw)
         if magic != MAGIC or nbytes != total:
@@ -170,9 +171,9 @@ def peer_exchange(
                 elapsed=deadline.elapsed(),
                 path=site.path,
             )
-        done = HEADER_SIZE
+        done = 0
         for view in views:
-            done += recv_exact(sock, view, deadline, site, offset=done, total=HEADER_SIZE + total,
+            done += recv_exact(sock, view, deadline, site, offset=done, total=total,
                                abort_fd=abort_fd, poller=poller)
         send_all(sock, memoryview(_ACK_BYTE), deadline,
                  Site(site.rank, 0, "acknowledgement", site.path, "rank 0"), abort_fd=abort_fd)

@@ -29,7 +29,7 @@ def _init(ctx, bcast, world_size=None):
     bcast.initialize(ctx.rank, world_size or ctx.world_size, ctx.base_path)
 
 
-@pytest.mark.clause("FRAME-1", "FRAME-2", "FRAME-4", "FRAME-6", "FRAME-7")
+@pytest.mark.clause("WIRE-1", "WIRE-4", "FRAME-1", "FRAME-2", "FRAME-4", "FRAME-6", "FRAME-7")
 @pytest.mark.world_size(2, 3)
 def test_root_frames_and_commits_for_byte_level_peers(tpbcast_run, tpbcast_impl, world_size):
     """The implementation as rank 0 (umask 0), the suite as every framed peer."""
@@ -50,6 +50,10 @@ def test_root_frames_and_commits_for_byte_level_peers(tpbcast_run, tpbcast_impl,
     result = tpbcast_run(target, timeout=s.GROUP_TIMEOUT)
     (left, raised), *peers = s.ok_values(result)
     for rank, report in enumerate(peers, start=1):
+        s.check("WIRE-1", report.probe is not None,
+                "a framed peer reaches rank 0 at <base_path>_0.sock", report.error, rank=0)
+        s.check("WIRE-4", report.probe == wire.PROBE, "rank 0 sends the probe 0x5a",
+                report.probe, rank=0)
         s.precondition("FRAME-4", report.error is None, f"rogue peer {rank}: {report.error}")
         facts = report.state_facts
         s.check(
@@ -79,7 +83,7 @@ def test_root_frames_and_commits_for_byte_level_peers(tpbcast_run, tpbcast_impl,
             "rank 0's broadcasts return once every peer acknowledged", raised, rank=0)
 
 
-@pytest.mark.clause("FRAME-6", "FRAME-8")
+@pytest.mark.clause("WIRE-2", "FRAME-6", "FRAME-8")
 def test_peer_acknowledges_once_and_returns_on_the_commit_only(tpbcast_run, tpbcast_impl):
     """The suite as rank 0: it holds the commit back after the acknowledgement and checks
     that the implementation's peer is still inside broadcast, then commits."""
@@ -107,6 +111,8 @@ def test_peer_acknowledges_once_and_returns_on_the_commit_only(tpbcast_run, tpbc
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     root, (early, outcome, intact) = s.ok_values(result)
+    s.check("WIRE-2", root.announced.get(1) == wire.pack_rank(1),
+            "the peer announces its rank as 4 native-endian bytes", root.announced, rank=1)
     s.precondition("FRAME-6", root.error is None and root.acks, f"rogue root: {root.error}")
     s.check("FRAME-6", root.acks[0].get(1) == ACK,
             "the peer acknowledges the frame with exactly one byte 0x6b", root.acks, rank=1)
