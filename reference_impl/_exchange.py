@@ -71,22 +71,48 @@ def root_exchange(
     abort_fd: int | None,
 ) -> None:
     """Rank 0's half; returns only once the commit is published."""
-    header = memoryview(pack_header(total))
     try:
         _nothing_out_of_turn(links, deadline)
-        for sock, site, poller in links:
-            # Byte counts in errors are the payload's (what the caller asked to move); a
-            # failure in the header shows as 0 of them done.
-            send_all(sock, header, deadline, site, total=total, abort_fd=abort_fd, poller=poller)
-            done = 0
-            for view in views:
-                done += send_all(sock, view, deadline, site, offset=done, total=total,
-                                 abort_fd=abort_fd, poller=poller)
-        for sock, site, _poller in links:
-            _read_ack(sock, site, deadline, abort_fd)
+        send_frames(links, views, total, deadline, abort_fd)
+        collect_acks(links, deadline, abort_fd)
     except BaseException:
         _publish_abort(board, generation, seen)
         raise
+    commit(board, generation, seen, deadline)
+
+
+def send_frames(
+    links: Sequence[tuple[socket.socket, Site, select.poll]],
+    views: Sequence[memoryview],
+    total: int,
+    deadline: Deadline,
+    abort_fd: int | None,
+) -> None:
+    """Header then payload to each peer in ascending rank order."""
+    header = memoryview(pack_header(total))
+    for sock, site, poller in links:
+        # Byte counts in errors are the payload's (what the caller asked to move); a
+        # failure in the header shows as 0 of them done.
+        send_all(sock, header, deadline, site, total=total, abort_fd=abort_fd, poller=poller)
+        done = 0
+        for view in views:
+            done += send_all(sock, view, deadline, site, offset=done, total=total,
+                             abort_fd=abort_fd, poller=poller)
+
+
+def collect_acks(
+    links: Sequence[tuple[socket.socket, Site, select.poll]],
+    deadline: Deadline,
+    abort_fd: int | None,
+) -> None:
+    """One acknowledgement 0x6b from each peer, in ascending rank order."""
+    for sock, site, _poller in links:
+        _read_ack(sock, site, deadline, abort_fd)
+
+
+def commit(board: DecisionBoard, generation: int, seen: int, deadline: Deadline) -> None:
+    """THE COMMIT POINT: the word goes from ``seen`` to ``generation``, unless a peer
+    published the abort first."""
     decided = board.publish(generation, seen, generation)
     if decided != generation:
         raise GenerationAbortedError(
@@ -160,17 +186,7 @@ def peer_exchange(
         raw = bytearray(HEADER_SIZE)
         recv_exact(sock, memoryview(raw), deadline, site, total=total,
                    abort_fd=abort_fd, poller=poller, wait_first=True)
-        magic, nbytes = unpack_header(raw)
-        if magic != MAGIC or nbytes != total:
-            raise HandshakeError(
-                f"frame header mismatch: magic 0x{magic:016x} (expected 0x{MAGIC:016x}), "
-                f"{nbytes} payload bytes announced where this rank broadcasts {total}",
-                rank=site.rank,
-                peer=0,
-                phase="frame header",
-                elapsed=deadline.elapsed(),
-                path=site.path,
-            )
+        check_header(raw, total, site, deadline)
         done = 0
         for view in views:
             done += recv_exact(sock, view, deadline, site, offset=done, total=total,
@@ -181,6 +197,21 @@ def peer_exchange(
         _publish_abort(board, generation, seen)
         raise
     _await_decision(sock, site, deadline, board, generation, seen, abort_fd)
+
+
+def check_header(raw: bytearray, total: int, site: Site, deadline: Deadline) -> None:
+    """The header must carry the magic and this rank's own byte count (zero included)."""
+    magic, nbytes = unpack_header(raw)
+    if magic != MAGIC or nbytes != total:
+        raise HandshakeError(
+            f"frame header mismatch: magic 0x{magic:016x} (expected 0x{MAGIC:016x}), "
+            f"{nbytes} payload bytes announced where this rank broadcasts {total}",
+            rank=site.rank,
+            peer=0,
+            phase="frame header",
+            elapsed=deadline.elapsed(),
+            path=site.path,
+        )
 
 
 def _await_decision(
