@@ -177,6 +177,7 @@ def _bootstrap_root(
     world_size: int,
     deadline: Deadline,
     report: FramedReport,
+    *,
     state_mode: int,
     state_symlink_to: str | None,
 ) -> tuple[_Root, DecisionWords]:
@@ -241,7 +242,12 @@ def framed_root(
     words: DecisionWords | None = None
     try:
         root, words = _bootstrap_root(
-            base_path, world_size, deadline, report, state_mode, state_symlink_to
+            base_path,
+            world_size,
+            deadline,
+            report,
+            state_mode=state_mode,
+            state_symlink_to=state_symlink_to,
         )
         if any(got != STATE_READY for got in report.ready.values()):
             return report  # a peer refused the state file: that is the observation
@@ -251,28 +257,9 @@ def framed_root(
         if after_bootstrap is not None:
             after_bootstrap()
         for index, payload in enumerate(payloads):
-            generation = index + 1
             header = pack_frame_header(len(payload) + count_delta, magic=magic)
-            for _rank, sock in root.links:
-                try:
-                    send_all(sock, header + payload, Deadline.after(timeout), what="frame")
-                except WireError as exc:
-                    report.error = f"frame {generation}: {exc}"
-            if commit == "before_acks":
-                words.store(generation, generation)
-                report.published.append((generation, generation))
-            acks: dict[int, bytes | str] = {}
-            for rank, sock in root.links:
-                acks[rank] = _read_ack(sock, observe)
-            report.acks.append(acks)
-            if after_acks is not None:
-                after_acks()
-            if commit == "never":
-                break
-            if commit == "after_acks" and all(a == bytes([FRAME_ACK]) for a in acks.values()):
-                words.store(generation, generation)
-                report.published.append((generation, generation))
-            elif commit == "after_acks":
+            frame = _Frame(index + 1, header + payload, commit, timeout, observe)
+            if not frame.play(root, words, report, after_acks):
                 break
     except WireError as exc:
         report.error = str(exc)
@@ -290,6 +277,44 @@ def framed_root(
         if words is not None:
             words.close()
     return report
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """One generation as a rogue root plays it: frame out, acks in, the commit as asked."""
+
+    generation: int
+    wire_bytes: bytes
+    commit: str
+    timeout: float
+    observe: float
+
+    def play(
+        self, root: _Root, words: DecisionWords, report: FramedReport, after_acks: Hook
+    ) -> bool:
+        """True if the rogue goes on with the next frame."""
+        generation = self.generation
+        for _rank, sock in root.links:
+            try:
+                send_all(sock, self.wire_bytes, Deadline.after(self.timeout), what="frame")
+            except WireError as exc:
+                report.error = f"frame {generation}: {exc}"
+        if self.commit == "before_acks":
+            self._publish(words, report)
+        acks = {rank: _read_ack(sock, self.observe) for rank, sock in root.links}
+        report.acks.append(acks)
+        if after_acks is not None:
+            after_acks()
+        if self.commit != "after_acks":
+            return self.commit == "before_acks"
+        if any(a != bytes([FRAME_ACK]) for a in acks.values()):
+            return False
+        self._publish(words, report)
+        return True
+
+    def _publish(self, words: DecisionWords, report: FramedReport) -> None:
+        words.store(self.generation, self.generation)
+        report.published.append((self.generation, self.generation))
 
 
 def _read_ack(sock: socket.socket, observe: float) -> bytes | str:

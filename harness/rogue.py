@@ -56,6 +56,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
+from ._rogue_framed import ACK_BEHAVIOURS, FramedReport, framed_peer, framed_root
 from ._rogue_peer import (
     peer_absent,
     peer_announce,
@@ -68,7 +69,6 @@ from ._rogue_peer import (
     peer_stall_mid_payload,
     peer_truncated_handshake,
 )
-from ._rogue_framed import ACK_BEHAVIOURS, FramedReport, framed_peer, framed_root
 from ._rogue_report import LinkReport, RogueAction, RogueError, RogueReport
 from ._rogue_root import (
     root_dies_mid_broadcast,
@@ -82,12 +82,12 @@ __all__ = [
     "ACK_BEHAVIOURS",
     "PEER_BEHAVIOURS",
     "ROOT_BEHAVIOURS",
+    "FramedReport",
     "LinkReport",
     "RogueAction",
     "RogueError",
     "RogueReport",
     "RogueTarget",
-    "FramedReport",
     "framed_peer",
     "framed_root",
     "rogue_peer",

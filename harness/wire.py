@@ -38,17 +38,14 @@ __all__ = [
     "FRAME_HEADER",
     "FRAME_MAGIC",
     "PROBE",
+    "RANK_STRUCT",
     "STATE_READY",
     "STATE_SIZE",
-    "DecisionWords",
-    "FileFacts",
-    "pack_frame_header",
-    "state_path",
-    "unpack_frame_header",
-    "RANK_STRUCT",
     "CloseKind",
     "CloseObservation",
     "Deadline",
+    "DecisionWords",
+    "FileFacts",
     "PeerCredentials",
     "WireClosedError",
     "WireError",
@@ -58,12 +55,15 @@ __all__ = [
     "connect",
     "expect_closed",
     "listen",
+    "pack_frame_header",
     "pack_rank",
     "peer_credentials",
     "recv_exact",
     "recv_until_eof",
     "send_all",
     "socket_path",
+    "state_path",
+    "unpack_frame_header",
     "unpack_rank",
     "unread",
     "wait_hung_up",
@@ -640,8 +640,10 @@ class FileFacts:
         except FileNotFoundError:
             return None
         kind = (
-            "regular" if stat.S_ISREG(st.st_mode)
-            else "symlink" if stat.S_ISLNK(st.st_mode)
+            "regular"
+            if stat.S_ISREG(st.st_mode)
+            else "symlink"
+            if stat.S_ISLNK(st.st_mode)
             else "other"
         )
         return cls(kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_size)

@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ._config import BroadcasterConfig
-from ._framed import DecisionBoard
 from ._errors import (
     BroadcastError,
     BroadcastTimeoutError,
@@ -54,6 +53,7 @@ from ._errors import (
     SecurityError,
     errno_name,
 )
+from ._framed import DecisionBoard
 from ._io import Deadline, Site, recv_exact, send_all
 from ._paths import FileId, ensure_private_dir, file_id, prepare_socket_path, unlink_if_same
 from ._wire import PROBE, PROBE_BYTE, RANK_SIZE, pack_rank, socket_address, unpack_rank

@@ -38,8 +38,6 @@ from typing import Final, final
 
 from ._bootstrap import Links, bootstrap_peer, bootstrap_root, path_label
 from ._bootstrap_framed import framed_bootstrap_peer, framed_bootstrap_root
-from ._exchange import check_not_stale, peer_exchange, root_exchange
-from ._framed import ABORT_BIT, broadcast_timeout_from_env, next_generation
 from ._buffers import flat_buffer, prepare_buffers
 from ._config import BroadcasterConfig
 from ._errors import (
@@ -49,6 +47,8 @@ from ._errors import (
     NotInitializedError,
     ReinitMismatchError,
 )
+from ._exchange import Turn, check_not_stale, peer_exchange, root_exchange
+from ._framed import ABORT_BIT, broadcast_timeout_from_env, next_generation
 from ._io import Deadline, Site, make_poller, recv_exact, send_all, send_views
 from ._wire import check_path_length, socket_path
 
@@ -276,9 +276,9 @@ class CpuTpBroadcaster:
             if world_size > 1:
                 abstract = cfg.abstract_namespace
                 if cfg.wire == "framed":
-                    from_env = broadcast_timeout_from_env(os.environ)
-                    if from_env is not False:
-                        io_timeout = from_env  # type: ignore[assignment]
+                    given, from_env = broadcast_timeout_from_env(os.environ)
+                    if given:
+                        io_timeout = from_env
                     if rank == 0:
                         links = framed_bootstrap_root(
                             world_size, base_path, path, cfg, abstract=abstract
@@ -408,9 +408,7 @@ class CpuTpBroadcaster:
         finally:
             prepared.release()
 
-    def _framed(
-        self, views: list[memoryview], total: int, is_root: bool, route: _Route
-    ) -> None:
+    def _framed(self, views: list[memoryview], total: int, is_root: bool, route: _Route) -> None:
         """One framed broadcast (``_exchange``), zero bytes included: every call is a
         frame, so a rank whose size differs from rank 0's is detected, never skipped."""
         board = self._links.board
@@ -419,17 +417,12 @@ class CpuTpBroadcaster:
         deadline = self._deadline.restart()
         try:
             seen = check_not_stale(board, generation, self._rank)
+            turn = Turn(board, generation, seen, deadline, route.abort_fd)
             if is_root:
-                root_exchange(
-                    route.links, views, total, deadline, board, generation, seen, route.abort_fd
-                )
+                root_exchange(route.links, views, total, turn)
                 self._bytes_sent += total * len(route.links)
             else:
-                sock, site, poller = route.links[0]
-                peer_exchange(
-                    sock, site, poller, views, total, deadline, board, generation, seen,
-                    route.abort_fd,
-                )
+                peer_exchange(route.links[0], views, total, turn)
                 self._bytes_received += total
         except BaseException as exc:
             self._break(exc)

@@ -24,13 +24,28 @@ from __future__ import annotations
 import select
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from ._errors import BroadcastError, BroadcastTimeoutError, HandshakeError, PeerClosedError
 from ._framed import ABORT_BIT, ACK, HEADER_SIZE, MAGIC, DecisionBoard, pack_header, unpack_header
 from ._io import Deadline, Site, recv_exact, send_all
 
-__all__ = ["GenerationAbortedError", "check_not_stale", "root_exchange", "peer_exchange"]
+__all__ = [
+    "GenerationAbortedError",
+    "Link",
+    "Turn",
+    "check_header",
+    "check_not_stale",
+    "collect_acks",
+    "commit",
+    "peer_exchange",
+    "root_exchange",
+    "send_frames",
+]
+
+Link = tuple[socket.socket, Site, select.poll]
+"""One link as a route holds it: the socket, its error site, its ``poll`` object."""
 
 # How often a peer waiting for the decision re-reads the word and checks that rank 0 is
 # alive: rank 0's death without a decision is noticed within this slice.
@@ -40,6 +55,22 @@ _ACK_BYTE: Final = bytes([ACK])
 
 class GenerationAbortedError(BroadcastError, RuntimeError):
     """The group's decision for this broadcast is abort (another rank failed it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One broadcast's place in the group: its generation, the decision word's value at
+    entry (the compare of every compare-and-swap), the call's one deadline, and the pipe
+    that ``reset()`` from another thread uses to stop it."""
+
+    board: DecisionBoard
+    generation: int
+    seen: int
+    deadline: Deadline
+    abort_fd: int | None
+
+    def publish_abort(self) -> int:
+        return self.board.publish(self.generation, self.seen, self.generation | ABORT_BIT)
 
 
 def check_not_stale(board: DecisionBoard, generation: int, rank: int) -> int:
@@ -56,39 +87,23 @@ def check_not_stale(board: DecisionBoard, generation: int, rank: int) -> int:
     return word
 
 
-def _publish_abort(board: DecisionBoard, generation: int, seen: int) -> int:
-    return board.publish(generation, seen, generation | ABORT_BIT)
-
-
 def root_exchange(
-    links: Sequence[tuple[socket.socket, Site, select.poll]],
-    views: Sequence[memoryview],
-    total: int,
-    deadline: Deadline,
-    board: DecisionBoard,
-    generation: int,
-    seen: int,
-    abort_fd: int | None,
+    links: Sequence[Link], views: Sequence[memoryview], total: int, turn: Turn
 ) -> None:
     """Rank 0's half; returns only once the commit is published."""
     try:
-        _nothing_out_of_turn(links, deadline)
-        send_frames(links, views, total, deadline, abort_fd)
-        collect_acks(links, deadline, abort_fd)
+        _nothing_out_of_turn(links, turn.deadline)
+        send_frames(links, views, total, turn)
+        collect_acks(links, turn)
     except BaseException:
-        _publish_abort(board, generation, seen)
+        turn.publish_abort()
         raise
-    commit(board, generation, seen, deadline)
+    commit(turn)
 
 
-def send_frames(
-    links: Sequence[tuple[socket.socket, Site, select.poll]],
-    views: Sequence[memoryview],
-    total: int,
-    deadline: Deadline,
-    abort_fd: int | None,
-) -> None:
+def send_frames(links: Sequence[Link], views: Sequence[memoryview], total: int, turn: Turn) -> None:
     """Header then payload to each peer in ascending rank order."""
+    deadline, abort_fd = turn.deadline, turn.abort_fd
     header = memoryview(pack_header(total))
     for sock, site, poller in links:
         # Byte counts in errors are the payload's (what the caller asked to move); a
@@ -96,24 +111,29 @@ def send_frames(
         send_all(sock, header, deadline, site, total=total, abort_fd=abort_fd, poller=poller)
         done = 0
         for view in views:
-            done += send_all(sock, view, deadline, site, offset=done, total=total,
-                             abort_fd=abort_fd, poller=poller)
+            done += send_all(
+                sock,
+                view,
+                deadline,
+                site,
+                offset=done,
+                total=total,
+                abort_fd=abort_fd,
+                poller=poller,
+            )
 
 
-def collect_acks(
-    links: Sequence[tuple[socket.socket, Site, select.poll]],
-    deadline: Deadline,
-    abort_fd: int | None,
-) -> None:
+def collect_acks(links: Sequence[Link], turn: Turn) -> None:
     """One acknowledgement 0x6b from each peer, in ascending rank order."""
     for sock, site, _poller in links:
-        _read_ack(sock, site, deadline, abort_fd)
+        _read_ack(sock, site, turn.deadline, turn.abort_fd)
 
 
-def commit(board: DecisionBoard, generation: int, seen: int, deadline: Deadline) -> None:
+def commit(turn: Turn) -> None:
     """THE COMMIT POINT: the word goes from ``seen`` to ``generation``, unless a peer
     published the abort first."""
-    decided = board.publish(generation, seen, generation)
+    generation, deadline = turn.generation, turn.deadline
+    decided = turn.board.publish(generation, turn.seen, generation)
     if decided != generation:
         raise GenerationAbortedError(
             f"commit of generation {generation} refused: a peer published abort first "
@@ -124,9 +144,7 @@ def commit(board: DecisionBoard, generation: int, seen: int, deadline: Deadline)
         )
 
 
-def _nothing_out_of_turn(
-    links: Sequence[tuple[socket.socket, Site, select.poll]], deadline: Deadline
-) -> None:
+def _nothing_out_of_turn(links: Sequence[Link], deadline: Deadline) -> None:
     """Between two broadcasts a peer has nothing to say: a byte already waiting (a second
     acknowledgement, a stray token) would be taken for this frame's acknowledgement and
     commit a generation that peer never confirmed."""
@@ -169,34 +187,46 @@ def _read_ack(sock: socket.socket, site: Site, deadline: Deadline, abort_fd: int
         )
 
 
-def peer_exchange(
-    sock: socket.socket,
-    site: Site,
-    poller: select.poll,
-    views: Sequence[memoryview],
-    total: int,
-    deadline: Deadline,
-    board: DecisionBoard,
-    generation: int,
-    seen: int,
-    abort_fd: int | None,
-) -> None:
+def peer_exchange(link: Link, views: Sequence[memoryview], total: int, turn: Turn) -> None:
     """A peer's half; returns only once rank 0's commit is read from the shared word."""
+    sock, site, poller = link
+    deadline, abort_fd = turn.deadline, turn.abort_fd
     try:
         raw = bytearray(HEADER_SIZE)
-        recv_exact(sock, memoryview(raw), deadline, site, total=total,
-                   abort_fd=abort_fd, poller=poller, wait_first=True)
+        recv_exact(
+            sock,
+            memoryview(raw),
+            deadline,
+            site,
+            total=total,
+            abort_fd=abort_fd,
+            poller=poller,
+            wait_first=True,
+        )
         check_header(raw, total, site, deadline)
         done = 0
         for view in views:
-            done += recv_exact(sock, view, deadline, site, offset=done, total=total,
-                               abort_fd=abort_fd, poller=poller)
-        send_all(sock, memoryview(_ACK_BYTE), deadline,
-                 Site(site.rank, 0, "acknowledgement", site.path, "rank 0"), abort_fd=abort_fd)
+            done += recv_exact(
+                sock,
+                view,
+                deadline,
+                site,
+                offset=done,
+                total=total,
+                abort_fd=abort_fd,
+                poller=poller,
+            )
+        send_all(
+            sock,
+            memoryview(_ACK_BYTE),
+            deadline,
+            Site(site.rank, 0, "acknowledgement", site.path, "rank 0"),
+            abort_fd=abort_fd,
+        )
     except BaseException:
-        _publish_abort(board, generation, seen)
+        turn.publish_abort()
         raise
-    _await_decision(sock, site, deadline, board, generation, seen, abort_fd)
+    _await_decision(sock, site, turn)
 
 
 def check_header(raw: bytearray, total: int, site: Site, deadline: Deadline) -> None:
@@ -214,17 +244,11 @@ def check_header(raw: bytearray, total: int, site: Site, deadline: Deadline) -> 
         )
 
 
-def _await_decision(
-    sock: socket.socket,
-    site: Site,
-    deadline: Deadline,
-    board: DecisionBoard,
-    generation: int,
-    seen: int,
-    abort_fd: int | None,
-) -> None:
+def _await_decision(sock: socket.socket, site: Site, turn: Turn) -> None:
     """Until the word leaves ``seen``.  On a failed wait, the abort is published only if
     the word still holds ``seen``: a commit that is already there wins."""
+    board, generation, seen = turn.board, turn.generation, turn.seen
+    deadline, abort_fd = turn.deadline, turn.abort_fd
     health = select.poll()
     health.register(sock.fileno(), select.POLLIN)
     sleeper = select.poll()
@@ -237,7 +261,7 @@ def _await_decision(
         problem = _wait_problem(sock, health, sleeper, deadline, abort_fd)
         if problem is None:
             continue
-        word = _publish_abort(board, generation, seen)
+        word = turn.publish_abort()
         if word == generation:
             return  # rank 0 committed before our failure: the commit stands
         cls, reason, code = problem

@@ -88,17 +88,17 @@ def next_generation(previous: int) -> int:
     return (previous + 1) & _GENERATION_MASK
 
 
-def broadcast_timeout_from_env(environ: Mapping[str, str]) -> float | None | bool:
-    """The broadcast deadline the environment asks for, in seconds.
+def broadcast_timeout_from_env(environ: Mapping[str, str]) -> tuple[bool, float | None]:
+    """The broadcast deadline the environment asks for: (given, seconds).
 
-    Returns False when the variable is unset (the configuration decides), None for 0 (wait
-    forever), else seconds.  The whole value must be a base-10 integer in
-    [0, TIMEOUT_MAX_MS]; anything else is refused naming the variable, before any socket
-    or file is touched.
+    ``(False, None)`` when the variable is unset (the configuration decides); else
+    ``(True, None)`` for 0 (wait forever) or ``(True, seconds)``.  The whole value must be
+    a base-10 integer in [0, TIMEOUT_MAX_MS]; anything else is refused naming the
+    variable, before any socket or file is touched.
     """
     raw = environ.get(TIMEOUT_ENV)
     if raw is None:
-        return False
+        return False, None
     text = raw.strip()
     digits = text[1:] if text[:1] == "+" else text
     if not digits.isdigit() or not digits.isascii() or len(digits) > 9:
@@ -112,7 +112,7 @@ def broadcast_timeout_from_env(environ: Mapping[str, str]) -> float | None | boo
             f"invalid {TIMEOUT_ENV}={raw!r}: {value} ms is over the limit of "
             f"{TIMEOUT_MAX_MS} ms (24 h); 0 waits forever"
         )
-    return None if value == 0 else value / 1000.0
+    return True, (None if value == 0 else value / 1000.0)
 
 
 class DecisionBoard:
@@ -213,7 +213,9 @@ class DecisionBoard:
 
 
 def _file_error(exc: OSError, verb: str, path: str, rank: int) -> BroadcastError:
-    cls = SecurityError if exc.errno in (errno.ELOOP, errno.EEXIST, errno.EACCES) else BroadcastError
+    cls = (
+        SecurityError if exc.errno in (errno.ELOOP, errno.EEXIST, errno.EACCES) else BroadcastError
+    )
     return cls(
         f"{verb} of the shared state file failed: {exc.strerror}",
         rank=rank,

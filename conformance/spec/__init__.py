@@ -491,9 +491,27 @@ def _scope(value: object, cid: str, problems: list[str]) -> tuple[str, ...]:
     return names
 
 
-def _level_overrides(
-    value: object, cid: str, problems: list[str]
-) -> tuple[tuple[str, str], ...]:
+def _override_problems(c: Clause) -> Iterator[str]:
+    """``level_by_transport``: known transports inside the clause's scope, known levels,
+    each different from the clause's own."""
+    for transport, level in c.level_by_transport:
+        if transport not in transport_names():
+            yield (
+                f"{c.id}: level_by_transport names {transport!r}, not a transport profile "
+                f"({', '.join(transport_names())})"
+            )
+        elif not c.applies_to(transport):
+            yield f"{c.id}: level_by_transport names {transport!r}, outside its scope"
+        if level not in LEVELS:
+            yield (
+                f"{c.id}: level_by_transport[{transport!r}] {level!r} is not one of "
+                f"{', '.join(LEVELS)}"
+            )
+        elif level == c.level:
+            yield f"{c.id}: level_by_transport[{transport!r}] repeats the clause's own level"
+
+
+def _level_overrides(value: object, cid: str, problems: list[str]) -> tuple[tuple[str, str], ...]:
     """``level_by_transport``: a table of transport -> level (checked in _clause_problems)."""
     if not isinstance(value, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
@@ -532,17 +550,6 @@ def _clause_problems(c: Clause, id_area: str) -> Iterator[str]:
                 f"{c.id}: scope {name!r} is not one of {', '.join(known)} (a transport scope "
                 "is a row of tpbcast.harness.adapter.TRANSPORT_PROFILES)"
             )
-    for transport, level in c.level_by_transport:
-        if transport not in transport_names():
-            yield (
-                f"{c.id}: level_by_transport names {transport!r}, not a transport profile "
-                f"({', '.join(transport_names())})"
-            )
-        elif not c.applies_to(transport):
-            yield f"{c.id}: level_by_transport names {transport!r}, outside its scope"
-        if level not in LEVELS:
-            yield f"{c.id}: level_by_transport[{transport!r}] {level!r} is not one of {', '.join(LEVELS)}"
-        elif level == c.level:
-            yield f"{c.id}: level_by_transport[{transport!r}] repeats the clause's own level"
+    yield from _override_problems(c)
     if c.upstream is not None and c.upstream not in UPSTREAM_STATES:
         yield f"{c.id}: upstream {c.upstream!r} not one of {', '.join(UPSTREAM_STATES)}"

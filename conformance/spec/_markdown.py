@@ -276,7 +276,8 @@ def _render_index(spec: Spec) -> list[str]:
     out.append("| id | level | scope | title | upstream |")
     out.append("|---|---|---|---|---|")
     out.extend(
-        f"| [{c.id}](#{c.anchor}) | {c.level_label} | {c.scope} | {_md(c.title)} | {c.upstream or ''} |"
+        f"| [{c.id}](#{c.anchor}) | {c.level_label} | {c.scope} | {_md(c.title)} "
+        f"| {c.upstream or ''} |"
         for c in spec
     )
     out.append("")
@@ -290,7 +291,7 @@ def _render_area(spec: Spec, area: Area) -> list[str]:
     for c in spec.by_area(area.id):
         out.append(f'<a id="{c.anchor}"></a>')
         out.append("")
-        out.append(f"### {c.id} ({c.level}): {_md(c.title)}")
+        out.append(f"### {c.id} ({c.level_label}): {_md(c.title)}")
         out.append("")
         out.append(f"**Requirement.** {_md(c.requirement)}")
         out.append("")

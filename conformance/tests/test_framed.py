@@ -9,6 +9,7 @@ in the docstrings is a section of shared/reference/rtp_llm_framed_wire.md.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -50,26 +51,47 @@ def test_root_frames_and_commits_for_byte_level_peers(tpbcast_run, tpbcast_impl,
     result = tpbcast_run(target, timeout=s.GROUP_TIMEOUT)
     (left, raised), *peers = s.ok_values(result)
     for rank, report in enumerate(peers, start=1):
-        s.check("WIRE-1", report.probe is not None,
-                "a framed peer reaches rank 0 at <base_path>_0.sock", report.error, rank=0)
-        s.check("WIRE-4", report.probe == wire.PROBE, "rank 0 sends the probe 0x5a",
-                report.probe, rank=0)
+        s.check(
+            "WIRE-1",
+            report.probe is not None,
+            "a framed peer reaches rank 0 at <base_path>_0.sock",
+            report.error,
+            rank=0,
+        )
+        s.check(
+            "WIRE-4",
+            report.probe == wire.PROBE,
+            "rank 0 sends the probe 0x5a",
+            report.probe,
+            rank=0,
+        )
         s.precondition("FRAME-4", report.error is None, f"rogue peer {rank}: {report.error}")
         facts = report.state_facts
         s.check(
             "FRAME-1",
             facts is not None
-            and (facts.kind, facts.mode, facts.uid, facts.size) == ("regular", 0o600, os.geteuid(), 8),
+            and (facts.kind, facts.mode, facts.uid, facts.size)
+            == ("regular", 0o600, os.geteuid(), 8),
             "the state file a peer finds after the probe is a regular 8-byte 0600 file of "
             "rank 0's uid (umask 0 on rank 0)",
             facts,
             rank=0,
         )
         want = [(wire.FRAME_MAGIC, n) for n in sizes]
-        s.check("FRAME-4", report.headers == want, "each frame's header: magic, byte count",
-                report.headers, rank=0)
-        s.check("FRAME-4", report.payloads == payloads, "each header is followed by the payload",
-                [len(p) for p in report.payloads], rank=0)
+        s.check(
+            "FRAME-4",
+            report.headers == want,
+            "each frame's header: magic, byte count",
+            report.headers,
+            rank=0,
+        )
+        s.check(
+            "FRAME-4",
+            report.payloads == payloads,
+            "each header is followed by the payload",
+            [len(p) for p in report.payloads],
+            rank=0,
+        )
         s.check(
             "FRAME-7",
             report.decisions == [1, 2, 3],
@@ -77,10 +99,20 @@ def test_root_frames_and_commits_for_byte_level_peers(tpbcast_run, tpbcast_impl,
             report.decisions,
             rank=0,
         )
-    s.check("FRAME-2", not left, "the state file is gone when rank 0's initialize returns",
-            "it still exists", rank=0)
-    s.check("FRAME-6", raised == [None] * len(sizes),
-            "rank 0's broadcasts return once every peer acknowledged", raised, rank=0)
+    s.check(
+        "FRAME-2",
+        not left,
+        "the state file is gone when rank 0's initialize returns",
+        "it still exists",
+        rank=0,
+    )
+    s.check(
+        "FRAME-6",
+        raised == [None] * len(sizes),
+        "rank 0's broadcasts return once every peer acknowledged",
+        raised,
+        rank=0,
+    )
 
 
 @pytest.mark.clause("WIRE-2", "FRAME-6", "FRAME-8")
@@ -91,12 +123,14 @@ def test_peer_acknowledges_once_and_returns_on_the_commit_only(tpbcast_run, tpbc
 
     def target(ctx):
         if ctx.rank == 0:
+
             def held():
                 ctx.notify("acked")
                 ctx.wait("checked", timeout=s.GROUP_TIMEOUT)
 
-            return framed_root(ctx.base_path, 2, payloads=[data], after_acks=held,
-                               observe=s.OBSERVE)
+            return framed_root(
+                ctx.base_path, 2, payloads=[data], after_acks=held, observe=s.OBSERVE
+            )
         bcast = s.make(tpbcast_impl)
         _init(ctx, bcast)
         buf = bytearray(len(data))
@@ -111,17 +145,35 @@ def test_peer_acknowledges_once_and_returns_on_the_commit_only(tpbcast_run, tpbc
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     root, (early, outcome, intact) = s.ok_values(result)
-    s.check("WIRE-2", root.announced.get(1) == wire.pack_rank(1),
-            "the peer announces its rank as 4 native-endian bytes", root.announced, rank=1)
+    s.check(
+        "WIRE-2",
+        root.announced.get(1) == wire.pack_rank(1),
+        "the peer announces its rank as 4 native-endian bytes",
+        root.announced,
+        rank=1,
+    )
     s.precondition("FRAME-6", root.error is None and root.acks, f"rogue root: {root.error}")
-    s.check("FRAME-6", root.acks[0].get(1) == ACK,
-            "the peer acknowledges the frame with exactly one byte 0x6b", root.acks, rank=1)
-    s.check("FRAME-8", not early,
-            "the peer's broadcast has not returned before rank 0 published the commit",
-            "it returned", rank=1)
-    s.check("FRAME-8", outcome is None and intact,
-            "once the commit is published, the peer returns with the payload",
-            (outcome, intact), rank=1)
+    s.check(
+        "FRAME-6",
+        root.acks[0].get(1) == ACK,
+        "the peer acknowledges the frame with exactly one byte 0x6b",
+        root.acks,
+        rank=1,
+    )
+    s.check(
+        "FRAME-8",
+        not early,
+        "the peer's broadcast has not returned before rank 0 published the commit",
+        "it returned",
+        rank=1,
+    )
+    s.check(
+        "FRAME-8",
+        outcome is None and intact,
+        "once the commit is published, the peer returns with the payload",
+        (outcome, intact),
+        rank=1,
+    )
 
 
 @pytest.mark.clause("FRAME-7", "FAULT-12")
@@ -152,19 +204,41 @@ def test_root_needs_every_acknowledgement(tpbcast_run, tpbcast_impl, ack):
     root, peer, rogue = s.ok_values(result)
     s.precondition("FRAME-7", len(rogue.headers) >= 1, f"rogue peer got no frame: {rogue.error}")
     if ack == "twice":
-        s.check("FRAME-7", root[-1] is not None,
-                "after a doubled acknowledgement, rank 0's next broadcast raises", root, rank=0)
+        s.check(
+            "FRAME-7",
+            root[-1] is not None,
+            "after a doubled acknowledgement, rank 0's next broadcast raises",
+            root,
+            rank=0,
+        )
         return
-    s.check("FRAME-7", root[0] is not None,
-            f"rank 0's broadcast raises when a peer's acknowledgement is {ack}", "it returned",
-            rank=0)
-    s.check("FRAME-7", peer[0] is not None,
-            "no other peer returns success for that frame", "rank 1 returned", rank=1)
-    s.check("FRAME-7", rogue.decisions[-1] != 1,
-            "rank 0 never publishes the commit of that generation",
-            f"decision word {rogue.decisions}", rank=0)
-    s.check("FAULT-12", (root[0] is None) == (peer[0] is None),
-            "rank 0 and rank 1 both return or both raise", (root, peer))
+    s.check(
+        "FRAME-7",
+        root[0] is not None,
+        f"rank 0's broadcast raises when a peer's acknowledgement is {ack}",
+        "it returned",
+        rank=0,
+    )
+    s.check(
+        "FRAME-7",
+        peer[0] is not None,
+        "no other peer returns success for that frame",
+        "rank 1 returned",
+        rank=1,
+    )
+    s.check(
+        "FRAME-7",
+        rogue.decisions[-1] != 1,
+        "rank 0 never publishes the commit of that generation",
+        f"decision word {rogue.decisions}",
+        rank=0,
+    )
+    s.check(
+        "FAULT-12",
+        (root[0] is None) == (peer[0] is None),
+        "rank 0 and rank 1 both return or both raise",
+        (root, peer),
+    )
 
 
 @pytest.mark.clause("FRAME-5", "FRAME-12", "FAULT-12")
@@ -197,24 +271,52 @@ def test_size_mismatch_fails_every_rank_and_is_terminal(tpbcast_run, tpbcast_imp
     result = tpbcast_run(target, 3, timeout=2 * s.GROUP_TIMEOUT)
     want = s.expected_digests(result.seed, [64])
     firsts = [o.value[0] for o in result.outcomes]
-    s.check("FAULT-12", len({f is None for f in firsts}) == 1,
-            "every rank returns or every rank raises", firsts)
+    s.check(
+        "FAULT-12",
+        len({f is None for f in firsts}) == 1,
+        "every rank returns or every rank raises",
+        firsts,
+    )
     for outcome in result.outcomes:
         first, initialized, again, zero, after_reinit, digests = outcome.value
         r = outcome.rank
-        s.check("FRAME-5", first is not None,
-                f"a {sizes} size mismatch fails the broadcast on every rank", "it returned", rank=r)
+        s.check(
+            "FRAME-5",
+            first is not None,
+            f"a {sizes} size mismatch fails the broadcast on every rank",
+            "it returned",
+            rank=r,
+        )
         if first is None:
             continue
-        s.check("FRAME-12", initialized, "is_initialized() stays true after the failure",
-                initialized, rank=r)
-        s.check("FRAME-12", again is not None and zero is not None,
-                "every later broadcast raises, zero bytes included", (again, zero), rank=r)
-        s.check("FRAME-12", after_reinit is not None,
-                "an identical initialize does not make a failed instance broadcast again",
-                "the broadcast after it returned", rank=r)
-        s.check("FRAME-12", digests == want, "reset() and initialize() recover the group",
-                digests, rank=r)
+        s.check(
+            "FRAME-12",
+            initialized,
+            "is_initialized() stays true after the failure",
+            initialized,
+            rank=r,
+        )
+        s.check(
+            "FRAME-12",
+            again is not None and zero is not None,
+            "every later broadcast raises, zero bytes included",
+            (again, zero),
+            rank=r,
+        )
+        s.check(
+            "FRAME-12",
+            after_reinit is not None,
+            "an identical initialize does not make a failed instance broadcast again",
+            "the broadcast after it returned",
+            rank=r,
+        )
+        s.check(
+            "FRAME-12",
+            digests == want,
+            "reset() and initialize() recover the group",
+            digests,
+            rank=r,
+        )
 
 
 @pytest.mark.clause("FRAME-5")
@@ -226,7 +328,10 @@ def test_peer_refuses_a_wrong_header_and_aborts(tpbcast_run, tpbcast_impl, fault
 
     def target(ctx):
         if ctx.rank == 0:
-            wrong = {"magic": {"magic": wire.FRAME_MAGIC ^ 1}, "count": {"count_delta": 1}}[fault]
+            wrong: dict[str, Any] = {
+                "magic": {"magic": wire.FRAME_MAGIC ^ 1},
+                "count": {"count_delta": 1},
+            }[fault]
             return framed_root(ctx.base_path, 2, payloads=[data], observe=2.0, **wrong)
         bcast = s.make(tpbcast_impl)
         _init(ctx, bcast)
@@ -237,12 +342,23 @@ def test_peer_refuses_a_wrong_header_and_aborts(tpbcast_run, tpbcast_impl, fault
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     root, raised = s.ok_values(result)
     s.precondition("FRAME-5", root.acks, f"the rogue root never sent its frame: {root.error}")
-    s.check("FRAME-5", raised is not None, f"a header with a wrong {fault} fails the peer",
-            "it returned", rank=1)
-    s.check("FRAME-5", root.acks[0].get(1) != ACK, "the peer does not acknowledge it",
-            root.acks, rank=1)
-    s.check("FRAME-5", root.published == [] and root.reaction.get(1) in ("eof", "reset"),
-            "the peer leaves the link (the group's broadcast fails)", root.reaction, rank=1)
+    s.check(
+        "FRAME-5",
+        raised is not None,
+        f"a header with a wrong {fault} fails the peer",
+        "it returned",
+        rank=1,
+    )
+    s.check(
+        "FRAME-5", root.acks[0].get(1) != ACK, "the peer does not acknowledge it", root.acks, rank=1
+    )
+    s.check(
+        "FRAME-5",
+        root.published == [] and root.reaction.get(1) in ("eof", "reset"),
+        "the peer leaves the link (the group's broadcast fails)",
+        root.reaction,
+        rank=1,
+    )
 
 
 @pytest.mark.clause("FRAME-8", "FAULT-12")
@@ -256,8 +372,7 @@ def test_root_stopping_around_its_commit(tpbcast_run, tpbcast_impl, commit):
 
     def target(ctx):
         if ctx.rank == 0:
-            return framed_root(ctx.base_path, 3, payloads=[data], commit=commit,
-                               observe=s.OBSERVE)
+            return framed_root(ctx.base_path, 3, payloads=[data], commit=commit, observe=s.OBSERVE)
         bcast = s.make(tpbcast_impl, io=s.PATIENCE)
         _init(ctx, bcast)
         buf = bytearray(len(data))
@@ -267,19 +382,34 @@ def test_root_stopping_around_its_commit(tpbcast_run, tpbcast_impl, commit):
 
     result = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT)
     root, *peers = s.ok_values(result)
-    s.precondition("FRAME-8", root.acks and all(a == ACK for a in root.acks[0].values()),
-                   f"the rogue root did not get both acknowledgements: {root.acks} {root.error}")
+    s.precondition(
+        "FRAME-8",
+        root.acks and all(a == ACK for a in root.acks[0].values()),
+        f"the rogue root did not get both acknowledgements: {root.acks} {root.error}",
+    )
     for rank, (raised, took, intact) in enumerate(peers, start=1):
         if commit == "never":
-            s.check("FRAME-8", raised is not None and took < s.MARGIN + 1.0,
-                    "rank 0 gone without a commit: the peer raises promptly",
-                    (raised, f"{took:.2f} s"), rank=rank)
+            s.check(
+                "FRAME-8",
+                raised is not None and took < s.MARGIN + 1.0,
+                "rank 0 gone without a commit: the peer raises promptly",
+                (raised, f"{took:.2f} s"),
+                rank=rank,
+            )
         else:
-            s.check("FRAME-8", raised is None and intact,
-                    "rank 0 committed, then went away: the commit stands, the peer returns "
-                    "the payload", (raised, intact), rank=rank)
-    s.check("FAULT-12", len({r is None for r, _, _ in peers}) == 1,
-            "both peers return or both raise", peers)
+            s.check(
+                "FRAME-8",
+                raised is None and intact,
+                "rank 0 committed, then went away: the commit stands, the peer returns the payload",
+                (raised, intact),
+                rank=rank,
+            )
+    s.check(
+        "FAULT-12",
+        len({r is None for r, _, _ in peers}) == 1,
+        "both peers return or both raise",
+        peers,
+    )
 
 
 @pytest.mark.clause("FRAME-9")
@@ -292,8 +422,14 @@ def test_an_abort_in_the_decision_word_before_entry(tpbcast_run, tpbcast_impl, g
 
     def target(ctx):
         if ctx.rank == 0:
-            return framed_root(ctx.base_path, 2, payloads=[data], abort_generation=generation,
-                               after_bootstrap=lambda: ctx.notify("published"), observe=2.0)
+            return framed_root(
+                ctx.base_path,
+                2,
+                payloads=[data],
+                abort_generation=generation,
+                after_bootstrap=lambda: ctx.notify("published"),
+                observe=2.0,
+            )
         bcast = s.make(tpbcast_impl, io=s.OBSERVE)
         _init(ctx, bcast)
         ctx.wait("published", timeout=s.GROUP_TIMEOUT)
@@ -304,16 +440,34 @@ def test_an_abort_in_the_decision_word_before_entry(tpbcast_run, tpbcast_impl, g
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     root, (raised, intact) = s.ok_values(result)
-    s.precondition("FRAME-9", root.published[:1] == [(generation, generation | wire.ABORT_BIT)],
-                   f"the abort was not published: {root.published} {root.error}")
+    s.precondition(
+        "FRAME-9",
+        root.published[:1] == [(generation, generation | wire.ABORT_BIT)],
+        f"the abort was not published: {root.published} {root.error}",
+    )
     if generation == 1:
-        s.check("FRAME-9", raised is not None, "a generation already aborted raises at entry",
-                "it returned", rank=1)
-        s.check("FRAME-9", root.acks and root.acks[0].get(1) != ACK,
-                "and the peer does not acknowledge its frame", root.acks, rank=1)
+        s.check(
+            "FRAME-9",
+            raised is not None,
+            "a generation already aborted raises at entry",
+            "it returned",
+            rank=1,
+        )
+        s.check(
+            "FRAME-9",
+            root.acks and root.acks[0].get(1) != ACK,
+            "and the peer does not acknowledge its frame",
+            root.acks,
+            rank=1,
+        )
     else:
-        s.check("FRAME-9", raised is None and intact,
-                "another generation's abort does not fail generation 1", raised, rank=1)
+        s.check(
+            "FRAME-9",
+            raised is None and intact,
+            "another generation's abort does not fail generation 1",
+            raised,
+            rank=1,
+        )
 
 
 @pytest.mark.clause("FRAME-10")
@@ -340,9 +494,18 @@ def test_abort_fails_the_next_broadcast_everywhere(tpbcast_run, tpbcast_impl, ab
     for outcome in result.outcomes:
         digests, aborted, raised = outcome.value
         s.precondition("FRAME-10", aborted is None, f"abort() raised: {aborted}")
-        s.check("FRAME-10", raised is not None,
-                f"after rank {aborter}'s abort(), the next broadcast raises", "it returned",
-                rank=outcome.rank)
+        s.precondition(
+            "FRAME-10",
+            digests == s.expected_digests(result.seed, [32]),
+            f"the broadcast before abort() failed: {digests}",
+        )
+        s.check(
+            "FRAME-10",
+            raised is not None,
+            f"after rank {aborter}'s abort(), the next broadcast raises",
+            "it returned",
+            rank=outcome.rank,
+        )
 
 
 @pytest.mark.clause("FRAME-10")
@@ -358,10 +521,15 @@ def test_abort_at_world_size_one(tpbcast_run, tpbcast_impl):
         bcast.reset()
         return before, after
 
-    (before, after), = s.ok_values(tpbcast_run(target, 1, timeout=s.GROUP_TIMEOUT))
+    ((before, after),) = s.ok_values(tpbcast_run(target, 1, timeout=s.GROUP_TIMEOUT))
     s.precondition("FRAME-10", before is None, f"a world-size-1 broadcast failed: {before}")
-    s.check("FRAME-10", after is not None,
-            "at world size 1, the broadcast after abort() raises", "it returned", rank=0)
+    s.check(
+        "FRAME-10",
+        after is not None,
+        "at world size 1, the broadcast after abort() raises",
+        "it returned",
+        rank=0,
+    )
 
 
 @pytest.mark.clause("FRAME-11")
@@ -386,10 +554,20 @@ def test_timeout_variable_out_of_range_fails_initialize(tpbcast_run, tpbcast_imp
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     _, (raised, fds) = s.ok_values(result)
-    if s.check("FRAME-11", raised is not None, f"{TIMEOUT_ENV}={value!r} fails initialize",
-               "it returned", rank=1):
-        s.check("FRAME-11", TIMEOUT_ENV in raised.message and not fds,
-                "the error names the variable, and nothing was opened", (raised, fds), rank=1)
+    if s.check(
+        "FRAME-11",
+        raised is not None,
+        f"{TIMEOUT_ENV}={value!r} fails initialize",
+        "it returned",
+        rank=1,
+    ):
+        s.check(
+            "FRAME-11",
+            TIMEOUT_ENV in raised.message and not fds,
+            "the error names the variable, and nothing was opened",
+            (raised, fds),
+            rank=1,
+        )
 
 
 @pytest.mark.clause("FRAME-11")
@@ -413,9 +591,13 @@ def test_timeout_variable_bounds_the_whole_call(tpbcast_run, tpbcast_impl):
     result = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT)
     (raised, took), *rogues = s.ok_values(result)
     s.precondition("FRAME-11", all(r.headers for r in rogues), "the rogue peers got no frame")
-    s.check("FRAME-11", raised is not None and s.EARLY * limit <= took <= limit + s.MARGIN,
-            f"rank 0's call fails within its {limit:g} s deadline (per call, not per step)",
-            (raised, f"{took:.2f} s"), rank=0)
+    s.check(
+        "FRAME-11",
+        raised is not None and s.EARLY * limit <= took <= limit + s.MARGIN,
+        f"rank 0's call fails within its {limit:g} s deadline (per call, not per step)",
+        (raised, f"{took:.2f} s"),
+        rank=0,
+    )
 
 
 @pytest.mark.clause("FRAME-3")
@@ -427,8 +609,11 @@ def test_peer_refuses_a_careless_state_file(tpbcast_run, tpbcast_impl, fault, tm
 
     def target(ctx):
         if ctx.rank == 0:
-            kwargs = {"mode_0644": {"state_mode": 0o644},
-                      "symlink": {"state_symlink_to": target_file}}[fault]
+            choices: dict[str, dict[str, Any]] = {
+                "mode_0644": {"state_mode": 0o644},
+                "symlink": {"state_symlink_to": target_file},
+            }
+            kwargs = choices[fault]
             return framed_root(ctx.base_path, 2, observe=2.0, timeout=s.PATIENCE, **kwargs)
         bcast = s.short(tpbcast_impl, init=s.OBSERVE)
         raised = s.attempt(bcast.initialize, 1, 2, ctx.base_path)
@@ -438,10 +623,20 @@ def test_peer_refuses_a_careless_state_file(tpbcast_run, tpbcast_impl, fault, tm
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     root, raised = s.ok_values(result)
     s.precondition("FRAME-3", 1 in root.ready, f"the rogue root's bootstrap failed: {root.error}")
-    s.check("FRAME-3", raised is not None, f"a {fault} state file fails the peer's initialize",
-            "it returned", rank=1)
-    s.check("FRAME-3", root.ready.get(1) != wire.STATE_READY,
-            "the peer does not confirm a state file it refused", root.ready, rank=1)
+    s.check(
+        "FRAME-3",
+        raised is not None,
+        f"a {fault} state file fails the peer's initialize",
+        "it returned",
+        rank=1,
+    )
+    s.check(
+        "FRAME-3",
+        root.ready.get(1) != wire.STATE_READY,
+        "the peer does not confirm a state file it refused",
+        root.ready,
+        rank=1,
+    )
 
 
 @pytest.mark.clause("FRAME-1", "FRAME-2")
@@ -455,8 +650,9 @@ def test_state_file_is_created_exclusively_and_never_left(tpbcast_run, tpbcast_i
 
     def target(ctx):
         if ctx.rank:
-            return framed_peer(ctx.base_path, 1, frames=0, map_state=False, send_ready=False,
-                               observe=s.OBSERVE)
+            return framed_peer(
+                ctx.base_path, 1, frames=0, map_state=False, send_ready=False, observe=s.OBSERVE
+            )
         path = wire.state_path(ctx.base_path)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         os.symlink(str(victim), path)
@@ -469,15 +665,26 @@ def test_state_file_is_created_exclusively_and_never_left(tpbcast_run, tpbcast_i
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     (raised, left), rogue = s.ok_values(result)
     st = victim.stat()
-    s.check("FRAME-1", victim.read_bytes() == b"keep me!" and st.st_mode & 0o777 == 0o644,
-            "a symlink at the state path is never followed", (victim.read_bytes(), oct(st.st_mode)),
-            rank=0)
-    s.precondition("FRAME-2", rogue.probe == wire.PROBE or raised is not None,
-                   f"the silent peer never reached the probe: {rogue.error}")
-    s.check("FRAME-2", raised is not None, "a peer that never confirms the state file fails "
-            "rank 0's initialize", "it returned", rank=0)
-    s.check("FRAME-2", not left, "a failed initialize leaves no state file", "it is there",
-            rank=0)
+    s.check(
+        "FRAME-1",
+        victim.read_bytes() == b"keep me!" and st.st_mode & 0o777 == 0o644,
+        "a symlink at the state path is never followed",
+        (victim.read_bytes(), oct(st.st_mode)),
+        rank=0,
+    )
+    s.precondition(
+        "FRAME-2",
+        rogue.probe == wire.PROBE or raised is not None,
+        f"the silent peer never reached the probe: {rogue.error}",
+    )
+    s.check(
+        "FRAME-2",
+        raised is not None,
+        "a peer that never confirms the state file fails rank 0's initialize",
+        "it returned",
+        rank=0,
+    )
+    s.check("FRAME-2", not left, "a failed initialize leaves no state file", "it is there", rank=0)
 
 
 @pytest.mark.clause("FRAME-13")
@@ -490,8 +697,9 @@ def test_every_descriptor_is_close_on_exec(tpbcast_run, tpbcast_impl):
         before = s.fd_table(bcast)
         _init(ctx, bcast)
         added = s.new_fds(before, bcast)
-        missing = sorted(f"{what} (fd {key[1]})" for key, what in added.items()
-                         if s.cloexec(key) is False)
+        missing = sorted(
+            f"{what} (fd {key[1]})" for key, what in added.items() if s.cloexec(key) is False
+        )
         ctx.sync("seen")
         bcast.reset()
         return len(added), missing
@@ -500,5 +708,10 @@ def test_every_descriptor_is_close_on_exec(tpbcast_run, tpbcast_impl):
     for outcome in result.outcomes:
         added, missing = outcome.value
         s.precondition("FRAME-13", added, f"rank {outcome.rank}: initialize opened no descriptor")
-        s.check("FRAME-13", not missing, "every descriptor held after initialize is "
-                "close-on-exec", missing, rank=outcome.rank)
+        s.check(
+            "FRAME-13",
+            not missing,
+            "every descriptor held after initialize is close-on-exec",
+            missing,
+            rank=outcome.rank,
+        )

@@ -13,7 +13,7 @@ from ._base import FramedDelegating
 
 DEFECT = "framed: a doubled acknowledgement is taken for the next frame's"
 KILLS = ("FRAME-7",)
-FAST = True
+FAST = False  # its KILLS clause runs several group stagings (~1 min)
 
 
 def _nothing_out_of_turn(*_args: object) -> None:

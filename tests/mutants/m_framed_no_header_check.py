@@ -13,7 +13,7 @@ from ._base import FramedDelegating
 
 DEFECT = "framed: a peer ignores the header's magic and byte count"
 KILLS = ("FRAME-5",)
-FAST = True
+FAST = False  # its KILLS clause runs several group stagings (~1 min)
 
 
 def _check_header(*_args: object) -> None:

@@ -20,7 +20,9 @@ FAST = True
 _create = _framed.DecisionBoard.create.__func__  # type: ignore[attr-defined]
 
 
-def _create_0644(cls: type[_framed.DecisionBoard], path: str, *, rank: int) -> _framed.DecisionBoard:
+def _create_0644(
+    cls: type[_framed.DecisionBoard], path: str, *, rank: int
+) -> _framed.DecisionBoard:
     board = _create(cls, path, rank=rank)
     os.fchmod(board.fd, 0o644)  # the defect
     return board

@@ -13,7 +13,7 @@ from ._base import FramedDelegating
 
 DEFECT = "framed: is_initialized() is false after a failed broadcast"
 KILLS = ("FRAME-12",)
-FAST = True
+FAST = False  # its KILLS clause runs several group stagings (~1 min)
 
 _break = _broadcaster.CpuTpBroadcaster._break
 

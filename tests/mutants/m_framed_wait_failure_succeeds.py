@@ -12,8 +12,8 @@ import select
 import socket
 
 from tpbcast.reference_impl import _exchange
-from tpbcast.reference_impl._framed import ABORT_BIT, DecisionBoard
-from tpbcast.reference_impl._io import Deadline, Site
+from tpbcast.reference_impl._framed import ABORT_BIT
+from tpbcast.reference_impl._io import Site
 
 from ._base import FramedDelegating
 
@@ -22,20 +22,13 @@ KILLS = ("FRAME-8",)
 FAST = True
 
 
-def _await_decision(
-    sock: socket.socket,
-    site: Site,
-    deadline: Deadline,
-    board: DecisionBoard,
-    generation: int,
-    seen: int,
-    abort_fd: int | None,
-) -> None:
+def _await_decision(sock: socket.socket, site: Site, turn: _exchange.Turn) -> None:
     health = select.poll()
     health.register(sock.fileno(), select.POLLIN)
     sleeper = select.poll()
-    while board.load(generation) == seen:
-        if _exchange._wait_problem(sock, health, sleeper, deadline, abort_fd) is not None:
+    board, generation = turn.board, turn.generation
+    while board.load(generation) == turn.seen:
+        if _exchange._wait_problem(sock, health, sleeper, turn.deadline, turn.abort_fd):
             return  # the defect: success, whatever the word says
     if board.load(generation) == generation | ABORT_BIT:
         raise _exchange.GenerationAbortedError(f"generation {generation} aborted", rank=site.rank)
