@@ -112,7 +112,9 @@ def _play_survivor(ctx, bcast, buf, data, staging):
             _watch.notified(ctx, "observed", staging.window + s.MARGIN)
             with open(s.pid_file(ctx, staging.victim)) as fh:
                 os.kill(int(fh.read()), signal.SIGKILL)
-        call.wait(s.PATIENCE)
+    # A call still running gets PATIENCE more (a loaded machine, a slow second path):
+    # "blocked" must mean blocked, not slow.
+    call.wait(s.PATIENCE)
     final = call.ended()
     if final.done:
         bcast.reset()
