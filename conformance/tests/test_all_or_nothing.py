@@ -110,8 +110,7 @@ def _play_survivor(ctx, bcast, buf, data, staging):
             ctx.notify("observed")
         else:  # rank 0 ends the stopped victim once both survivors were watched
             _watch.notified(ctx, "observed", staging.window + s.MARGIN)
-            with open(s.pid_file(ctx, staging.victim)) as fh:
-                os.kill(int(fh.read()), signal.SIGKILL)
+            os.kill(s.published_pid(ctx, staging.victim, "FAULT-12"), signal.SIGKILL)
     # A call still running gets PATIENCE more (a loaded machine, a slow second path):
     # "blocked" must mean blocked, not slow.
     call.wait(s.PATIENCE)
@@ -135,7 +134,7 @@ def test_all_or_nothing_under_process_faults(tpbcast_run, tpbcast_impl, staging)
         io = staging.io(ctx.rank)
         bcast = s.make(tpbcast_impl, io=io) if io is not None else s.make(tpbcast_impl)
         bcast.initialize(ctx.rank, 3, ctx.base_path)
-        s.write_pid(ctx)
+        s.publish_pid(ctx)
         ctx.sync("ready")
         buf = bytearray(data) if ctx.rank == 0 else bytearray(staging.size)
         if ctx.rank == staging.victim:
