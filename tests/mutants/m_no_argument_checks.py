@@ -26,7 +26,7 @@ DEFECT = (
     "no argument check anywhere: initialize's rank/world_size/base_path, the announced "
     "rank, broadcast's root and a peer buffer's writability are all trusted"
 )
-KILLS = ("INIT-1", "INIT-7", "BCAST-3")
+KILLS = ("INIT-1", "INIT-7", "BCAST-3", "BCAST-11")
 FAST = False
 
 
