@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -464,5 +465,71 @@ def test_reset_then_reinit_after_failed_calls(tpbcast_run, tpbcast_impl):
             f"after failed calls ({', '.join(staged)}), reset and initialize on every rank "
             "build a working group",
             digests,
+            rank=outcome.rank,
+        )
+
+
+# The fault of INIT-6: rank 0 starts this long after its peer's initialize began.
+_LATE = 1.0
+
+
+@pytest.mark.clause("INIT-6")
+def test_peer_waits_for_a_late_rank0(tpbcast_run, tpbcast_impl):
+    """Rank 1 calls initialize first; rank 0 starts :data:`_LATE` s later, once rank 1's
+    call is known to be running.  Rank 1 must still be waiting when rank 0 comes (not
+    failed at once), and the two must bootstrap and broadcast.  (The uds-v1 test also
+    proves rank 1 found no socket; this one needs no knowledge of the transport.)"""
+    bound = _LATE + s.PATIENCE + s.MARGIN
+
+    def target(ctx):
+        bcast = s.make(tpbcast_impl, connect=s.PATIENCE, init=s.PATIENCE)
+        if ctx.rank == 1:
+            call = _watch.Call(bcast.initialize, 1, 2, ctx.base_path)
+            ctx.notify("peer_started")
+            came = _watch.notified(ctx, "root_entering", s.GROUP_TIMEOUT / 2)
+            early = call.ended()  # rank 1's call as rank 0 enters its own
+            ended = call.wait(bound)
+            if not ended or call.ended().raised is not None:
+                return came, early, call.ended(), None
+        else:
+            ctx.wait("peer_started", timeout=s.GROUP_TIMEOUT / 2)
+            time.sleep(_LATE)  # the fault: rank 0 arrives late
+            ctx.record("fault", action=f"rank 0 starts initialize {_LATE:g} s after rank 1")
+            ctx.notify("root_entering")
+            call = _watch.Call(bcast.initialize, 0, 2, ctx.base_path)
+            call.wait(bound)  # a peer that gave up leaves it waiting: bounded here
+            if not call.done or call.ended().raised is not None:
+                return True, None, call.ended(), None
+            early = None
+        digests = s.group_roundtrip(ctx, bcast, [1000, 7])
+        ctx.sync("done")
+        bcast.reset()
+        return True, early, call.ended(), digests
+
+    result = tpbcast_run(target, 2, timeout=2 * bound, fail_fast=False, expect_failure=True)
+    for outcome in result.outcomes:
+        if outcome.status is not Status.OK:
+            result.raise_for_failure()
+    came, early, _, _ = result.outcomes[1].value
+    s.precondition(
+        "INIT-6",
+        came and result.outcomes[0].faults,
+        "the fault did not happen: rank 0 never started its initialize after rank 1's",
+    )
+    s.check(
+        "INIT-6",
+        not early.done,
+        f"a peer started {_LATE:g} s before rank 0 is still waiting when rank 0 comes",
+        f"its initialize had already ended: {early.raised or 'it returned'}",
+        rank=1,
+    )
+    want = s.expected_digests(result.seed, [1000, 7])
+    for outcome in result.outcomes:
+        _, _, ended, digests = outcome.value
+        s.check(
+            "INIT-6",
+            digests == want,
+            "a peer started before rank 0 bootstraps normally and the group broadcasts",
+            ended.raised if ended.raised is not None else digests,
             rank=outcome.rank,
         )
