@@ -1,0 +1,140 @@
+"""Core clauses about stalled ranks and racing calls, staged for every transport.
+
+The area files stage TIME-5 and BCAST-14 through uds-v1 rogues and byte-level roots
+(``staged_via``), and FAULT-8 through a broadcast that fails on a dead peer at once, which
+an implementation that buffers broadcasts in a ring never does.  These stage the same
+clauses with what every CPU TP broadcaster has: a rank that is alive but does not call
+broadcast, a rank the harness kills, ``reset()`` from another thread; and each releases the
+wait it provokes itself once its bound has passed (a reset of the stalled side), so a
+missing deadline ends FAIL, not ERROR at the group deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+from tpbcast.conformance.plugin import require
+from tpbcast.harness import Status
+
+from . import _support as s
+from . import _watch
+from .test_time import _DEADLINES, _Pair, _follows
+
+
+def _release_note(released):
+    return "; the suite released the call after its bound" if released else ""
+
+
+@pytest.mark.clause("TIME-5")
+def test_root_stalled_by_a_peer_that_stops_reading(tpbcast_run, tpbcast_impl):
+    """Two groups side by side, the root's io deadline _LOW / _HIGH: rank 1 initializes and
+    then reads nothing.  The root broadcasts 1 MiB payloads until one fails (past any ring
+    or socket buffer); that call must fail within the deadline and follow the setting.  A
+    root still blocked after its bound is released by rank 1's reset."""
+    require(tpbcast_impl, "deadlines")
+    size = s.MiB
+
+    def target(ctx):
+        sub = _Pair(ctx, 2)
+        if sub.rank == 1:
+            bcast = s.make(tpbcast_impl, connect=s.PATIENCE, init=s.PATIENCE, io=s.PATIENCE)
+            bcast.initialize(1, 2, sub.base_path)
+            ctx.record("fault", action="rank 1 stops reading after initialize")
+            released = not _watch.notified(sub, "root_done", sub.deadline + s.MARGIN + 1)
+            bcast.reset()  # ends a root that has no deadline of its own (the fault's end)
+            return released
+        bcast = s.make(tpbcast_impl, connect=s.PATIENCE, init=s.PATIENCE, io=sub.deadline)
+        bcast.initialize(0, 2, sub.base_path)
+        raised, sent = None, 0
+        for i in range(s.dead_peer_rounds(bcast)):
+            raised = s.attempt(bcast.broadcast, bytearray(s.payload(ctx.seed, size, i)))
+            if raised is not None:
+                break
+            sent += 1
+        sub.notify("root_done")
+        bcast.reset()
+        return raised, sent
+
+    result = tpbcast_run(target, 4, timeout=s.GROUP_TIMEOUT + 10)
+    for peer in (result.outcomes[1], result.outcomes[3]):
+        s.precondition("TIME-5", peer.faults, f"the fault did not happen: {peer.summary()}")
+    raised = tuple(result.outcomes[r].value[0] for r in (0, 2))
+    released = result.outcomes[1].value or result.outcomes[3].value
+    _follows(
+        "TIME-5",
+        "a root broadcasting to a peer that stopped reading" + _release_note(released),
+        raised,
+        ranks=(0, 2),
+    )
+    if tpbcast_impl.supports("error_details"):
+        for rank, r in zip((0, 2), raised, strict=True):
+            if r is not None:
+                s.check(
+                    "TIME-5",
+                    r.attrs.get("peer") == 1 and r.attrs.get("bytes_total") == size,
+                    f"the error names peer 1 and bytes total ({size})",
+                    r.attrs,
+                    rank=rank,
+                )
+
+
+@pytest.mark.clause("TIME-5")
+def test_peer_stalled_by_a_root_that_stops_writing(tpbcast_run, tpbcast_impl):
+    """Two groups side by side, the peer's io deadline _LOW / _HIGH: the root broadcasts one
+    payload, then stops (alive, initialized).  The peer gets the first and its second
+    broadcast must fail within the deadline, following the setting.  A peer still blocked
+    after its bound is released by the root's reset."""
+    require(tpbcast_impl, "deadlines")
+    size = 4096
+
+    def target(ctx):
+        sub = _Pair(ctx, 2)
+        io = sub.deadline if sub.rank == 1 else s.PATIENCE
+        bcast = s.make(tpbcast_impl, connect=s.PATIENCE, init=s.PATIENCE, io=io)
+        bcast.initialize(sub.rank, 2, sub.base_path)
+        data = s.payload(ctx.seed, size, "t5")
+        if sub.rank == 0:
+            bcast.broadcast(bytearray(data))
+            ctx.record("fault", action="rank 0 stops writing after one broadcast")
+            released = not _watch.notified(sub, "peer_done", sub.deadline + s.MARGIN + 1)
+            bcast.reset()  # ends a peer that has no deadline of its own (the fault's end)
+            return released
+        first = bytearray(size)
+        bcast.broadcast(first)
+        raised = s.attempt(bcast.broadcast, bytearray(size))
+        sub.notify("peer_done")
+        bcast.reset()
+        return raised, bytes(first) == data
+
+    result = tpbcast_run(target, 4, timeout=s.GROUP_TIMEOUT + 10)
+    for root in (result.outcomes[0], result.outcomes[2]):
+        s.precondition("TIME-5", root.faults, f"the fault did not happen: {root.summary()}")
+    for peer in (result.outcomes[1], result.outcomes[3]):
+        s.precondition(
+            "TIME-5", peer.value[1], f"rank {peer.rank} never got the first payload intact"
+        )
+    raised = tuple(result.outcomes[r].value[0] for r in (1, 3))
+    released = result.outcomes[0].value or result.outcomes[2].value
+    _follows(
+        "TIME-5",
+        "a peer whose root stopped writing" + _release_note(released),
+        raised,
+        ranks=(1, 3),
+    )
+    if tpbcast_impl.supports("error_details"):
+        for rank, r in zip((1, 3), raised, strict=True):
+            if r is not None:
+                s.check(
+                    "TIME-5",
+                    r.attrs.get("peer") == 0 and r.attrs.get("bytes_total") == size,
+                    f"the error names rank 0 and bytes total ({size})",
+                    r.attrs,
+                    rank=rank,
+                )
+
+
+assert len(_DEADLINES) == 2  # the tests above run one group per setting
