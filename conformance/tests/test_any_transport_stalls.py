@@ -138,3 +138,96 @@ def test_peer_stalled_by_a_root_that_stops_writing(tpbcast_run, tpbcast_impl):
 
 
 assert len(_DEADLINES) == 2  # the tests above run one group per setting
+
+
+# How long rank 2 may go on waiting after the root's broadcast failed (the root waits
+# that long before its own reset, which would release rank 2 whatever the failure did).
+_F8_PROMPT = s.MARGIN
+
+
+@pytest.mark.clause("FAULT-8")
+def test_root_failure_on_a_dead_peer_releases_the_others(tpbcast_run, tpbcast_impl):
+    """World 3, rank 1 SIGKILLed after initialize.  Rank 0 (io 1 s) broadcasts until one
+    call fails: at once on the dead peer, or at its io deadline once a ring or socket
+    buffer is full; rank 2 (io 10 s) reads every broadcast it gets.  Once the root's
+    broadcast has failed, and before the root resets, rank 2's pending broadcast must end
+    within :data:`_F8_PROMPT` s, not wait out its own io deadline.  (test_fault.py's
+    FAULT-8 needs a root that fails on the dead peer at once.)"""
+    size = 64 * 1024
+
+    def drain(bcast):
+        received = 0
+        while True:
+            bcast.broadcast(bytearray(size))  # raises once the root is gone or aborted
+            received += 1
+
+    def target(ctx):
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # surviving SIGPIPE is FAULT-1's
+        io = 1.0 if ctx.rank == 0 else s.PATIENCE
+        bcast = s.make(tpbcast_impl, connect=s.PATIENCE, init=s.PATIENCE, io=io)
+        bcast.initialize(ctx.rank, 3, ctx.base_path)
+        if ctx.rank == 1:
+            s.write_pid(ctx)
+            ctx.record("fault", action="SIGKILL of rank 1 after initialize")
+            os.kill(os.getpid(), signal.SIGKILL)
+        if ctx.rank == 2:
+            call = _watch.Call(drain, bcast)
+            if not _watch.notified(ctx, "root_failed", s.GROUP_TIMEOUT):
+                return None  # the root never failed: judged on rank 0's report
+            ended = call.wait(_F8_PROMPT)
+            if ended:
+                ctx.notify("peer2_done")
+            return call.ended()
+        s.wait_dead(ctx, 1, "FAULT-8")
+        rounds = s.dead_peer_rounds(bcast)
+
+        def until_failure():
+            for i in range(rounds):
+                raised = s.attempt(bcast.broadcast, bytearray(s.payload(ctx.seed, size, i)))
+                if raised is not None:
+                    return raised
+            return None
+
+        call = _watch.Call(until_failure)
+        # A root with no deadline on a ring that never notices the death blocks here.
+        if not call.wait(s.GROUP_TIMEOUT / 2) or call.ended().value is None:
+            return None
+        ctx.notify("root_failed")
+        before_reset = _watch.notified(ctx, "peer2_done", _F8_PROMPT + 1)
+        bcast.reset()
+        return call.ended().value, before_reset
+
+    result = tpbcast_run(
+        target, 3, fail_fast=False, expect_failure=True, timeout=s.GROUP_TIMEOUT + 10
+    )
+    root, victim, peer2 = result.outcomes
+    s.precondition(
+        "FAULT-8", victim.signal_name == "SIGKILL", f"the fault did not happen: {victim.summary()}"
+    )
+    if not s.stageable(
+        "FAULT-8",
+        root.status is Status.OK and root.value is not None,
+        "the root's broadcasts to a dead peer never failed (FAULT-1's subject): nothing to "
+        f"abort ({root.summary()})",
+    ):
+        return
+    root_raised, before_reset = root.value
+    if not s.check(
+        "FAULT-8",
+        peer2.status is Status.OK and peer2.value is not None,
+        "rank 2 neither hangs nor dies when the root's broadcast fails",
+        peer2.summary(),
+        rank=2,
+    ):
+        return
+    ended = peer2.value
+    s.check(
+        "FAULT-8",
+        ended.done and ended.raised is not None and before_reset,
+        f"after the root's broadcast failed ({root_raised}), rank 2's pending broadcast "
+        f"fails within {_F8_PROMPT:g} s, before the root's reset (io deadline {s.PATIENCE:g} s)",
+        f"rank 2 was still waiting {_F8_PROMPT:g} s later"
+        if not ended.done
+        else f"rank 2's broadcast ended: {ended.raised or 'it returned'}",
+        rank=2,
+    )
