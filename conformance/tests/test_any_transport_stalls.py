@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 
 import pytest
 
@@ -231,3 +230,101 @@ def test_root_failure_on_a_dead_peer_releases_the_others(tpbcast_run, tpbcast_im
         else f"rank 2's broadcast ended: {ended.raised or 'it returned'}",
         rank=2,
     )
+
+
+@pytest.mark.clause("BCAST-14")
+def test_reset_racing_a_pending_broadcast(tpbcast_run, tpbcast_impl):
+    """Rank 1's broadcast waits in another thread (rank 0 has sent nothing) when rank 1's
+    main thread calls reset() and then opens a pipe holding 10 bytes (the fd numbers the
+    reset freed are reused).  Only then does rank 0 broadcast, which releases a reset that
+    waits for the broadcast.  The reset must return, the broadcast must end, either failed
+    or with exactly the root's payload, and it must never read the pipe.  (The uds-v1 test
+    holds the root's link open from a byte-level root; this one needs none.)"""
+    size = 64 * 1024
+    data = s.payload(tpbcast_run.seed, size, "b14")
+    bound = s.PATIENCE
+
+    def target(ctx):
+        bcast = s.make(tpbcast_impl, connect=s.PATIENCE, init=s.PATIENCE, io=s.PATIENCE)
+        bcast.initialize(ctx.rank, 2, ctx.base_path)
+        if ctx.rank == 0:
+            _watch.notified(ctx, "peer_reset_called", s.GROUP_TIMEOUT / 2)
+            sent = s.attempt(bcast.broadcast, bytearray(data))  # may fail: the peer reset
+            _watch.notified(ctx, "peer_done", bound + s.MARGIN)
+            bcast.reset()
+            return sent
+        buf = bytearray(size)
+        pending = _watch.Call(bcast.broadcast, buf)
+        in_flight = not pending.wait(s.SHORT)  # nothing was sent: it must be waiting
+        ctx.record("fault", action="reset() while a broadcast waits in another thread")
+        reset = _watch.Call(bcast.reset)
+        rd, wr = os.pipe()
+        os.write(wr, b"0123456789")
+        ctx.notify("peer_reset_called")
+        reset_ended = reset.wait(bound)
+        broadcast_ended = pending.wait(bound)
+        ctx.notify("peer_done")
+        os.set_blocking(rd, False)
+        try:
+            left = os.read(rd, 100)
+        except BlockingIOError:
+            left = b""
+        os.close(rd)
+        os.close(wr)
+        got = bytes(buf)
+        return (
+            in_flight,
+            reset.ended() if reset_ended else None,
+            pending.ended() if broadcast_ended else None,
+            left,
+            got == data,
+            got == bytes(size),
+        )
+
+    result = tpbcast_run(target, 2, fail_fast=False, expect_failure=True, timeout=3 * bound)
+    peer = result.outcomes[1]
+    if not s.check(
+        "BCAST-14",
+        peer.status is Status.OK,
+        "the rank whose reset races its broadcast lives on",
+        peer.summary(),
+        rank=1,
+    ):
+        return
+    in_flight, reset, pending, left, intact, untouched = peer.value
+    s.precondition(
+        "BCAST-14",
+        in_flight,
+        "the fault did not happen: the broadcast ended before reset() was called",
+    )
+    s.check(
+        "BCAST-14",
+        reset is not None and reset.raised is None,
+        "reset() returns while (or once) a broadcast is in flight",
+        "still blocked after the bound" if reset is None else reset.raised,
+        rank=1,
+    )
+    if not s.check(
+        "BCAST-14",
+        pending is not None,
+        "the in-flight broadcast ends (fails, or completes once the root sends)",
+        f"still running {bound:g} s after the reset and the root's broadcast",
+        rank=1,
+    ):
+        return
+    s.check(
+        "BCAST-14",
+        pending.raised is not None or intact,
+        "the broadcast fails cleanly or delivers exactly the root's payload",
+        "it returned, its buffer "
+        + ("untouched" if untouched else "holding bytes that are not the root's payload"),
+        rank=1,
+    )
+    s.check(
+        "BCAST-14",
+        left == b"0123456789",
+        "the broadcast never reads a closed or reused fd",
+        f"a pipe opened after reset held {left!r}, not b'0123456789'",
+        rank=1,
+    )
+
