@@ -328,3 +328,69 @@ def test_reset_racing_a_pending_broadcast(tpbcast_run, tpbcast_impl):
         rank=1,
     )
 
+
+
+@pytest.mark.clause("BCAST-15")
+def test_second_broadcast_while_one_is_pending(tpbcast_run, tpbcast_impl):
+    """MAY: rank 1's first broadcast waits in one thread (rank 0 has sent nothing) when a
+    second broadcast on the same instance starts in another.  If the implementation refuses
+    the second, the error must say why; a second call that waits its turn instead is
+    UNSUPPORTED (the optional refusal is absent).  Rank 0 then sends two payloads, which
+    ends whatever still waits.  (The uds-v1 test holds the link from a byte-level root.)"""
+    refusal = 1.0  # a refusal is immediate; the second call still waiting then is not one
+
+    def target(ctx):
+        bcast = s.make(tpbcast_impl, connect=s.PATIENCE, init=s.PATIENCE, io=s.PATIENCE)
+        bcast.initialize(ctx.rank, 2, ctx.base_path)
+        if ctx.rank == 0:
+            _watch.notified(ctx, "second_tried", s.GROUP_TIMEOUT / 2)
+            for i in range(2):
+                s.attempt(bcast.broadcast, bytearray(s.payload(ctx.seed, 64, ("b15", i))))
+            _watch.notified(ctx, "peer_done", s.PATIENCE + s.MARGIN)
+            bcast.reset()
+            return None
+        first = _watch.Call(bcast.broadcast, bytearray(64))
+        in_flight = not first.wait(s.SHORT)  # nothing was sent: it must be waiting
+        ctx.record("fault", action="a second broadcast while the first is pending")
+        second = _watch.Call(bcast.broadcast, bytearray(64))
+        refused = second.wait(refusal) and second.ended().raised is not None
+        outcome = second.ended()
+        ctx.notify("second_tried")
+        ended = first.wait(s.PATIENCE) and second.wait(s.PATIENCE)
+        ctx.notify("peer_done")
+        if ended:
+            bcast.reset()
+        return in_flight, refused, outcome
+
+    result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT + 10)
+    in_flight, refused, outcome = result.outcomes[1].value
+    s.precondition(
+        "BCAST-15", in_flight, "the fault did not happen: the first broadcast was not pending"
+    )
+    if not s.stageable(
+        "BCAST-15",
+        refused,
+        "the optional refusal is absent: a second broadcast while one is pending "
+        + ("waited its turn" if not outcome.done else "returned"),
+    ):
+        return
+    words = (
+        "concurren",
+        "re-entrant",
+        "reentrant",
+        "in progress",
+        "in flight",
+        "running",
+        "busy",
+        "underway",
+        "at a time",
+        "already",
+        "another thread",
+    )
+    s.check(
+        "BCAST-15",
+        any(w in outcome.raised.message.lower() for w in words),
+        "a refused concurrent broadcast says so",
+        outcome.raised,
+        rank=1,
+    )
