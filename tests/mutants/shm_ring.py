@@ -44,6 +44,7 @@ A broadcast that fails on rank 0 sets the shutdown word too (the group is aborte
 no reader waits for a payload that will never come.
 
 Waits poll with short sleeps (50 us growing to 2 ms), so a waiting rank uses little CPU.
+A list of buffers goes as one payload, back to back (``multi_buffer``).
 A broadcast started while another call holds the instance (a broadcast pending in another
 thread, initialize, reset) is refused at once with an error saying so, never queued.
 """
@@ -231,7 +232,7 @@ class ShmRingBroadcaster:
     name = "tpbcast-shm-ring"
     version = "1"
     transport = "shm"
-    capabilities: frozenset[str] = frozenset({"deadlines", "generation"})
+    capabilities: frozenset[str] = frozenset({"deadlines", "generation", "multi_buffer"})
     segment_mode = 0o600
 
     def __init__(self) -> None:
@@ -531,6 +532,9 @@ class ShmRingBroadcaster:
             self._lock.release()
 
     def _broadcast_locked(self, buffer: Any, root: int) -> None:
+        if isinstance(buffer, list | tuple):
+            self._broadcast_list(list(buffer), root)
+            return
         if not self._initialized:
             raise ShmNotInitializedError(
                 "broadcast before initialize (or after reset)", phase="broadcast"
@@ -563,6 +567,21 @@ class ShmRingBroadcaster:
             if self._rank == 0:
                 seg.put(_H_SHUTDOWN, 1)  # abort: the other readers stop waiting (FAULT-8)
             raise
+
+    def _broadcast_list(self, buffers: list[Any], root: int) -> None:
+        """Several buffers back to back as one payload (capability ``multi_buffer``); every
+        buffer is checked before a byte moves, and a peer's are filled only once the whole
+        payload has arrived."""
+        views = [_flat(b, writable=self._rank != 0) for b in buffers]
+        if self._rank == 0:
+            self._broadcast_locked(b"".join(v.tobytes() for v in views), root)
+            return
+        joined = bytearray(sum(v.nbytes for v in views))
+        self._broadcast_locked(joined, root)
+        done = 0
+        for view in views:
+            view[:] = joined[done : done + view.nbytes]
+            done += view.nbytes
 
     def _write(self, seg: _Segment, view: memoryview) -> None:
         total = view.nbytes
