@@ -533,3 +533,51 @@ def test_peer_waits_for_a_late_rank0(tpbcast_run, tpbcast_impl):
             ended.raised if ended.raised is not None else digests,
             rank=outcome.rank,
         )
+
+
+@pytest.mark.clause("FAULT-10")
+def test_error_kinds_share_one_root_with_standard_bases(tpbcast_run, tpbcast_impl):
+    """A not-initialized error (broadcast before initialize), a configuration error (world
+    size 0) and a timeout (a peer whose rank 0 never comes, 0.2 s connect and init
+    deadlines) each carry their standard base, and all three share one root class of the
+    implementation's own.  (The uds-v1 test adds a security error, staged by a regular
+    file at the socket path.)"""
+    require(tpbcast_impl, "error_details", "deadlines")
+
+    def target(ctx):
+        bcast = s.short(tpbcast_impl, connect=0.2, init=0.2)
+        errors = {
+            "not initialized": s.attempt(bcast.broadcast, bytearray(1)),
+            "configuration": s.attempt(bcast.initialize, 0, 0, ctx.base_path),
+        }
+        bcast.reset()  # also after a world size 0 it accepted (INIT-1's subject)
+        call = _watch.Call(bcast.initialize, 1, 2, ctx.base_path)
+        errors["timeout"] = call.ended().raised if call.wait(0.4 + s.MARGIN) else None
+        return errors, call.done
+
+    errors, ended = tpbcast_run(target, 1, timeout=s.GROUP_TIMEOUT).outcomes[0].value
+    want = {
+        "configuration": "ValueError",
+        "not initialized": "RuntimeError",
+        "timeout": "TimeoutError",
+    }
+    for kind, base in want.items():
+        raised = errors[kind]
+        if raised is None and (kind != "timeout" or ended):
+            continue  # no such error to judge: the call did not fail (another clause's)
+        s.check(
+            "FAULT-10",
+            raised is not None and raised.is_a(base),
+            f"a {kind} error is also a {base}",
+            raised if raised is not None else "still waiting after its deadlines",
+        )
+    raised_all = [errors[k] for k in want if errors[k] is not None]
+    if len(raised_all) < 2:
+        return
+    std = {"ValueError", "RuntimeError", "TimeoutError", "PermissionError", "OSError"}
+    own = [
+        [b for b in r.bases if b not in std and b not in ("Exception", "BaseException")]
+        for r in raised_all
+    ]
+    common = set(own[0]).intersection(*own[1:]) - {"object"}
+    s.check("FAULT-10", common, "all errors derive from one root class", own)
