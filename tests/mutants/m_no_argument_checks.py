@@ -40,7 +40,9 @@ _broadcaster._check_arguments = _check_arguments
 _original_add_buffer = _buffers._add_buffer
 
 
-def _add_buffer(index: int, obj: Any, prepared: _buffers.PreparedBuffers, *, writable: bool) -> None:
+def _add_buffer(
+    index: int, obj: Any, prepared: _buffers.PreparedBuffers, *, writable: bool
+) -> None:
     # The defect: a peer's read-only buffer goes to the socket as it is.
     _original_add_buffer(index, obj, prepared, writable=False)
 

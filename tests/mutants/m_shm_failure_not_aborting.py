@@ -17,7 +17,7 @@ KILLS = ("FAULT-8",)
 FAST = True
 
 
-class _Quiet(Exception):
+class _QuietError(Exception):
     """Carries the root's error past the ring's abort (which catches ``ShmError`` only)."""
 
     def __init__(self, error: ShmError) -> None:
@@ -30,18 +30,18 @@ class FailureNotAborting(ShmRingBroadcaster):
         try:
             super()._write(seg, view)
         except ShmError as exc:
-            raise _Quiet(exc) from exc
+            raise _QuietError(exc) from exc
 
     def _check_readers(self, *args: Any) -> None:
         try:
             super()._check_readers(*args)
         except ShmError as exc:
-            raise _Quiet(exc) from exc
+            raise _QuietError(exc) from exc
 
     def broadcast(self, buffer: Any, root: int = 0) -> None:
         try:
             super().broadcast(buffer, root)
-        except _Quiet as quiet:
+        except _QuietError as quiet:
             self._broken = str(quiet.error)  # the defect: no shutdown word for the readers
             raise quiet.error from None
 
