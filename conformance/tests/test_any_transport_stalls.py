@@ -163,7 +163,7 @@ def test_root_failure_on_a_dead_peer_releases_the_others(tpbcast_run, tpbcast_im
         bcast = s.make(tpbcast_impl, connect=s.PATIENCE, init=s.PATIENCE, io=io)
         bcast.initialize(ctx.rank, 3, ctx.base_path)
         if ctx.rank == 1:
-            s.write_pid(ctx)
+            s.publish_pid(ctx)
             ctx.record("fault", action="SIGKILL of rank 1 after initialize")
             os.kill(os.getpid(), signal.SIGKILL)
         if ctx.rank == 2:
