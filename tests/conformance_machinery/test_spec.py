@@ -108,7 +108,10 @@ def test_needs_test_is_must_or_should(spec: Spec) -> None:
     assert {c.id for c in needing} == {c.id for c in spec if c.level in ("MUST", "SHOULD")}
     base_path = [spec[f"SEC-{n}"] for n in range(13, 18)]
     # wire v1's path helper (sun_path limit, RTP-LLM env, _dp suffix): scoped to uds-v1
-    assert all(c.transports == ("uds-v1", "uds-framed") and c.capabilities == ("base_path",) for c in base_path)
+    assert all(
+        c.transports == ("uds-v1", "uds-framed") and c.capabilities == ("base_path",)
+        for c in base_path
+    )
     assert set(base_path) <= set(needing)
 
 
