@@ -10,10 +10,10 @@ ranks needs none of it.
 
 from __future__ import annotations
 
+from ._held import Held, held, loose, modes_in, named_now, new_held, shm_names, still_there
 from ._observe import (
     PID_FILE_PREFIX,
     SHM_DIR,
-    Held,
     Proc,
     alive,
     all_stopped,
@@ -22,20 +22,13 @@ from ._observe import (
     describe,
     fd_cloexec,
     fd_targets,
-    held,
     load_observation,
-    loose,
-    modes_in,
-    named_now,
-    new_held,
     pid_path,
     private_tmpdir,
     publish_pid,
     published_pid,
     save_observation,
-    shm_names,
     signal_masks,
-    still_there,
     thread_count,
     thread_wait,
     unix_listening,
