@@ -226,7 +226,7 @@ def dup_fd(key: FdKey) -> int:
 
 
 def cloexec(key: FdKey) -> bool | None:
-    """FD_CLOEXEC of ``key`` (from ``/proc/<pid>/fdinfo`` for another process); None if gone."""
+    """FD_CLOEXEC of ``key`` (for another process: :func:`observe.fd_cloexec`); None if gone."""
     import fcntl
 
     pid, fd = key
