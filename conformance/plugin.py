@@ -49,6 +49,7 @@ import pytest
 from tpbcast.fixtures import loaded_implementation, settings_of
 
 from . import _checks
+from ._cleanup import CleanupPlugin
 from ._expectations import Expectations, ExpectationsError, apply_expectations, load_expectations
 from ._results import (
     CheckResult,
@@ -92,6 +93,7 @@ SHARED_DIR_ENV: Final = "TPBCAST_CONFORMANCE_SHARED_DIR"
 """A private directory of one run, shared by its xdist workers (they inherit the env)."""
 REGISTRY_ITEM: Final = "tpbcast-clause-registry"
 _RESULTS_PLUGIN: Final = "tpbcast-conformance-results"
+_CLEANUP_PLUGIN: Final = "tpbcast-conformance-cleanup"
 
 # user_properties keys (also visible in junit.xml as <property name=...>).
 P_CLAUSE: Final = "clause"
@@ -217,6 +219,10 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(f"--tpbcast-clauses: {exc}") from None
     config.stash[_SELECTED_KEY] = None if chosen is None else tuple(c.id for c in chosen)
+    config.pluginmanager.register(
+        CleanupPlugin(config, controller=not _is_worker(config), report_dir=lambda: _report_dir(config)),
+        _CLEANUP_PLUGIN,
+    )
     if not _is_worker(config):
         expectations = _load_expectations(config, spec)
         collector = _ResultCollector(config, spec, chosen, expectations=expectations)

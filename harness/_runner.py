@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from ._channel import RecordWriter, read_records
 from ._faults import FaultPlan
 from ._forksafety import check_fork_safety, ranks_need_single_torch
+from ._leaks import LeakWatch, collect_leaks
 from ._mesh import Mesh
 from ._outcome import GroupResult
 from ._proc import (
@@ -276,6 +277,7 @@ def run_ranks(
             wd = Workdir.open(workdir)
             mesh = Mesh.create(world_size)
             capture = wd.open_capture(world_size)
+            watch = LeakWatch.start(wd.capture)
             for stream in (sys.stdout, sys.stderr):  # or the ranks would print it again
                 with contextlib.suppress(OSError, ValueError, AttributeError):
                     stream.flush()
@@ -309,6 +311,7 @@ def run_ranks(
                     exit_end=mesh.exits.end,
                     check_fds=check_fds,
                     faults=faults.for_rank(r) if faults is not None else {},
+                    leak_watch=watch,
                 )
                 for r in range(world_size)
             ]
@@ -344,6 +347,8 @@ def run_ranks(
     survivors = _kill_survivors(ranks)
     outcomes = tuple(judge(r, wd, skip_exit_codes) for r in ranks)
     leftovers = wd.leftovers()
+    in_workdir = leftovers if wd.owned else ()  # a caller's workdir stays the caller's
+    leaks = collect_leaks(watch, (r.pid for r in ranks), wd.path, in_workdir, label)
     wd.remove(clean=not leftovers and not survivors)
     return GroupResult(
         outcomes=outcomes,
@@ -351,6 +356,7 @@ def run_ranks(
         seed=group_seed,
         survivors=survivors,
         leftover_files=leftovers,
+        leaks=leaks,
         label=label,
         workdir=wd.path,
         timeout=timeout,

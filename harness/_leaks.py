@@ -1,0 +1,436 @@
+"""What a group's processes left outside its workdir, proven theirs, and its removal.
+
+The workdir (the ranks' TMPDIR too, see ``_tempenv``) is removed with the group; what an
+implementation leaves elsewhere would stay on the machine: shared-memory segments and
+POSIX semaphores in ``/dev/shm``, IPC socket files in ``/tmp``, and helper processes that
+left the rank's process group (the runner already kills the ones inside it).  Each group
+notes what it leaked; the suite reports it with the test that caused it and then removes
+it (:func:`remove_leaks`; a test plugin calls it after each test, everything else at
+interpreter exit).
+
+Other sessions (another xdist worker, another user of the machine) create and remove
+their own entries at the same time, so an entry is only ever taken as the group's with a
+proof that names one of the group's processes:
+
+- ``held``: a process of the group held it (mapped, open or bound: ``/proc/<pid>/maps``,
+  ``fd``, ``net/unix``) when its rank's target ended (each rank looks, in its own
+  process group, only if something new appeared since the group began: usually free);
+- ``name``: its name carries the pid of one of the group's processes (a ring naming its
+  segment ``<prefix>-<creator pid>-<random>``), and it did not exist before the group;
+- ``environment``: a live process started during the group whose environment names the
+  group's workdir (the rank's TMPDIR, which every process it starts inherits).
+
+Removal checks identity again (same device and inode, same pid and start time): what
+changed hands since it was recorded is left alone.  A foreign entry is never touched.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = [
+    "Leak",
+    "LeakWatch",
+    "collect_leaks",
+    "note_held",
+    "pending_leaks",
+    "remove_leaks",
+    "size_text",
+    "take_leaks",
+]
+
+SHM_DIR = "/dev/shm"
+TMP_DIR = "/tmp"
+_HARNESS_PREFIX = "tpb-"  # the harness's own workdirs and capture dirs (``_workdir``)
+_HELD_KIND = "held"  # the capture file each rank writes its held names to
+
+
+@dataclass(frozen=True)
+class Leak:
+    """One entry a group left outside its workdir, with the proof that it was the group's."""
+
+    kind: str  # "segment", "semaphore", "socket", "process"; in the workdir "file", "dir"
+    path: str  # the entry's path; for a process its command line
+    size: int  # bytes (0 for a socket, a directory or a process)
+    creator: int  # pid of the group's process that made (held, named) it; 0: unknown
+    proof: str  # "held", "name", "environment" or "workdir"
+    key: tuple[int, int]  # (st_dev, st_ino), or (pid, start time) for a process
+    group: str = ""  # the group's label, if it had one
+
+    def describe(self) -> str:
+        if self.proof == "workdir":
+            size = f", {size_text(self.size)}" if self.size else ""
+            return f"{self.kind} {self.path}{size} (in the group's workdir, removed with it)"
+        if self.kind == "process":
+            return f"process pid {self.key[0]} ({self.path}): {_PROOFS[self.proof]}"
+        size = f", {size_text(self.size)}" if self.size else ""
+        return f"{self.kind} {self.path}{size}, creator pid {self.creator} ({_PROOFS[self.proof]})"
+
+
+_PROOFS = {
+    "held": "held by it when its rank ended",
+    "name": "its pid is in the name",
+    "environment": "started by the group: its environment names the group's workdir",
+}
+
+
+def size_text(n: int) -> str:
+    """``216.0 MiB``: a size as people read it."""
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.1f} MiB"
+    if n >= 1 << 10:
+        return f"{n / (1 << 10):.1f} KiB"
+    return f"{n} B"
+
+
+def _names(directory: str) -> frozenset[str]:
+    try:
+        return frozenset(n for n in os.listdir(directory) if not n.startswith(_HARNESS_PREFIX))
+    except OSError:
+        return frozenset()
+
+
+def _last_pid() -> int:
+    try:
+        with open("/proc/sys/kernel/ns_last_pid") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return -1
+
+
+@dataclass(frozen=True)
+class LeakWatch:
+    """What existed when a group began (taken in the parent before the first fork)."""
+
+    shm: frozenset[str]
+    tmp: frozenset[str]
+    last_pid: int
+    capture_dir: str  # where each rank writes what it held (the harness's capture dir)
+
+    @classmethod
+    def start(cls, capture_dir: str) -> LeakWatch:
+        return cls(_names(SHM_DIR), _names(TMP_DIR), _last_pid(), capture_dir)
+
+    def new_paths(self) -> list[str]:
+        """Entries of /dev/shm and /tmp that did not exist when the group began (any
+        session's: the proofs decide which are the group's)."""
+        return [f"{SHM_DIR}/{n}" for n in sorted(_names(SHM_DIR) - self.shm)] + [
+            f"{TMP_DIR}/{n}" for n in sorted(_names(TMP_DIR) - self.tmp)
+        ]
+
+
+# ------------------------------------------------------------------ in the rank, at its end
+
+
+def note_held(watch: LeakWatch | None, rank: int) -> None:
+    """In a rank, right after its target: which new /dev/shm and /tmp entries a process of
+    its process group holds, one ``pid<TAB>path`` line each in the rank's capture dir.
+    Costs two directory listings when nothing new appeared (the common case)."""
+    if watch is None:
+        return
+    new = watch.new_paths()
+    if not new:
+        return
+    keys: dict[tuple[int, int], str] = {}
+    for path in new:
+        with contextlib.suppress(OSError):
+            st = os.lstat(path)
+            keys[(st.st_dev, st.st_ino)] = path
+    paths = set(new)
+    lines = []
+    unix = _unix_paths()
+    for pid in _group_pids():
+        for path in _held_by(pid, keys, paths, unix):
+            lines.append(f"{pid}\t{path}\n")
+    if lines:
+        with open(f"{watch.capture_dir}/{rank}.{_HELD_KIND}", "w") as fh:
+            fh.writelines(lines)
+
+
+def _group_pids() -> list[int]:
+    """This process and every other member of its process group (a helper it forked)."""
+    me, group = os.getpid(), os.getpgrp()
+    pids = [me]
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) != me and _pgid(int(name)) == group:
+                pids.append(int(name))
+    return pids
+
+
+def _pgid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[2])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _unix_paths() -> dict[int, str]:
+    """Socket inode -> bound path, for every Unix socket with a path."""
+    found: dict[int, str] = {}
+    with contextlib.suppress(OSError), open("/proc/net/unix") as fh:
+        next(fh, None)
+        for line in fh:
+            fields = line.split()
+            if len(fields) >= 8 and fields[7].startswith("/"):
+                found[int(fields[6])] = fields[7]
+    return found
+
+
+def _held_by(
+    pid: int, keys: dict[tuple[int, int], str], paths: set[str], unix: dict[int, str]
+) -> set[str]:
+    held: set[str] = set()
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as fh:
+        for line in fh:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[4] != "0" and fields[5].startswith(SHM_DIR):
+                major, minor = (int(x, 16) for x in fields[3].split(":"))
+                path = keys.get((os.makedev(major, minor), int(fields[4])))
+                if path is not None:
+                    held.add(path)
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    bound = unix.get(int(target[8:-1]))
+                    if bound in paths:
+                        held.add(bound)
+                    continue
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except (OSError, ValueError):
+                continue
+            path = keys.get((st.st_dev, st.st_ino))
+            if path is not None:
+                held.add(path)
+    return held
+
+
+# ------------------------------------------------------------- in the parent, after the group
+
+
+def collect_leaks(
+    watch: LeakWatch,
+    pids: Iterable[int],
+    workdir: str,
+    in_workdir: Iterable[str] = (),
+    label: str = "",
+) -> tuple[Leak, ...]:
+    """After the group (every rank reaped, the survivors of its process groups killed):
+    what it left in /dev/shm and /tmp and which helper processes of it still run, each
+    with its proof; recorded for :func:`remove_leaks`.  ``in_workdir`` are the leftovers
+    of a workdir the harness removes itself right after: listed too (proof "workdir"), so
+    a run can say how much it cleaned up after an implementation."""
+    ranks = set(pids)
+    held = _read_held(watch.capture_dir)
+    ours = ranks | set(held.values())
+    leaks: list[Leak] = [_workdir_entry(workdir, rel, label) for rel in in_workdir]
+    for path in watch.new_paths():
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue  # gone again
+        kind = _kind(path, st)
+        if kind is None:
+            continue
+        creator, proof = held.get(path), "held"
+        if creator is None:
+            creator, proof = _pid_in_name(os.path.basename(path), ours), "name"
+        if creator is None:
+            continue  # not proven ours: never touched
+        leaks.append(
+            Leak(kind, path, st.st_size if kind != "socket" else 0, creator, proof,
+                 (st.st_dev, st.st_ino), label)
+        )
+    leaks.extend(_escaped(watch.last_pid, workdir, label))
+    _PENDING.extend(leaks)
+    if leaks:
+        _register_atexit()
+    return tuple(leaks)
+
+
+def _workdir_entry(workdir: str, rel: str, label: str) -> Leak:
+    path = f"{workdir}/{rel}"
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return Leak("file", path, 0, 0, "workdir", (0, 0), label)
+    kind = "socket" if stat.S_ISSOCK(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode) else "file"
+    size = st.st_size if kind == "file" else 0
+    return Leak(kind, path, size, 0, "workdir", (st.st_dev, st.st_ino), label)
+
+
+def _read_held(capture_dir: str) -> dict[str, int]:
+    held: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir(capture_dir):
+            if not name.endswith(f".{_HELD_KIND}"):
+                continue
+            with contextlib.suppress(OSError), open(f"{capture_dir}/{name}") as fh:
+                for line in fh:
+                    pid, _, path = line.rstrip("\n").partition("\t")
+                    if pid.isdigit() and path:
+                        held.setdefault(path, int(pid))
+    return held
+
+
+def _kind(path: str, st: os.stat_result) -> str | None:
+    if path.startswith(f"{TMP_DIR}/"):
+        return "socket" if stat.S_ISSOCK(st.st_mode) else None  # /tmp: IPC sockets only
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return "semaphore" if os.path.basename(path).startswith("sem.") else "segment"
+
+
+def _pid_in_name(name: str, pids: set[int]) -> int | None:
+    token = ""
+    for ch in name + "/":
+        if ch.isdigit():
+            token += ch
+            continue
+        if token and int(token) in pids:
+            return int(token)
+        token = ""
+    return None
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _escaped(last_pid: int, workdir: str, label: str) -> list[Leak]:
+    """Live processes started since the group began (pid after ``last_pid``, or any pid
+    when the counter wrapped) whose environment names the group's workdir: helpers that
+    left the rank's process group, which the runner's group kill missed."""
+    now = _last_pid()
+    marker = f"={workdir}\0".encode()
+    found: list[Leak] = []
+    me = os.getpid()
+    for pid in _pids_since(last_pid, now):
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue  # gone, or another user's
+        if marker not in env:
+            continue
+        start = _start_time(pid)
+        if start is None:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+        except OSError:
+            cmd = "?"
+        found.append(Leak("process", cmd, 0, pid, "environment", (pid, start), label))
+    return found
+
+
+def _pids_since(last_pid: int, now: int) -> list[int]:
+    """The pids handed out after ``last_pid`` up to ``now`` (usually a few dozen, so
+    they are probed one by one); every live pid when the counter wrapped or is unknown."""
+    if 0 <= last_pid <= now and now - last_pid <= _PROBE_MAX:
+        return list(range(last_pid + 1, now + 1))
+    try:
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+
+
+_PROBE_MAX = 4096
+
+# ------------------------------------------------------------------------------- removal
+
+_PENDING: list[Leak] = []
+_OWNER = [os.getpid()]  # a forked child inherits the list but removes none of it
+_ATEXIT: list[bool] = []
+
+
+def _register_atexit() -> None:
+    if not _ATEXIT:
+        atexit.register(_remove_pending_at_exit)
+        _ATEXIT.append(True)
+
+
+def pending_leaks() -> tuple[Leak, ...]:
+    """Recorded in this process and not removed yet."""
+    return tuple(_PENDING) if os.getpid() == _OWNER[0] else ()
+
+
+def take_leaks() -> tuple[Leak, ...]:
+    """Hand over (and forget) what this process recorded: the caller removes it."""
+    if os.getpid() != _OWNER[0]:
+        return ()
+    taken = tuple(_PENDING)
+    _PENDING.clear()
+    return taken
+
+
+def remove_leaks(leaks: Iterable[Leak]) -> list[tuple[Leak, str]]:
+    """Remove each entry if it is still the one recorded; returns ``(leak, problem)`` for
+    those left in place ("" for removed ones is not returned: only problems)."""
+    problems: list[tuple[Leak, str]] = []
+    for leak in leaks:
+        problem = _kill(leak) if leak.kind == "process" else _unlink(leak)
+        if problem:
+            problems.append((leak, problem))
+    return problems
+
+
+def _unlink(leak: Leak) -> str:
+    if leak.proof == "workdir":
+        return ""  # the runner removed the workdir with it
+    try:
+        st = os.lstat(leak.path)
+    except FileNotFoundError:
+        return ""  # removed meanwhile (the implementation, or a later group's sweep)
+    except OSError as exc:
+        return f"lstat {leak.path}: {exc.strerror} ({_errno_name(exc)})"
+    if (st.st_dev, st.st_ino) != leak.key:
+        return f"{leak.path} is another file now (inode changed): left alone"
+    try:
+        os.unlink(leak.path)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"unlink {leak.path}: {exc.strerror} ({_errno_name(exc)})"
+    return ""
+
+
+def _kill(leak: Leak) -> str:
+    pid, start = leak.key
+    if _start_time(pid) != start:
+        return ""  # gone already (or its pid belongs to another process now)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return ""
+    except OSError as exc:
+        return f"kill pid {pid}: {exc.strerror} ({_errno_name(exc)})"
+    return ""
+
+
+def _errno_name(exc: OSError) -> str:
+    import errno
+
+    return errno.errorcode.get(exc.errno or 0, str(exc.errno))
+
+
+def _remove_pending_at_exit() -> None:
+    if os.getpid() == _OWNER[0]:
+        remove_leaks(take_leaks())
