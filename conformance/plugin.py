@@ -220,7 +220,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--tpbcast-clauses: {exc}") from None
     config.stash[_SELECTED_KEY] = None if chosen is None else tuple(c.id for c in chosen)
     config.pluginmanager.register(
-        CleanupPlugin(config, controller=not _is_worker(config), report_dir=lambda: _report_dir(config)),
+        CleanupPlugin(
+            config, controller=not _is_worker(config), report_dir=lambda: _report_dir(config)
+        ),
         _CLEANUP_PLUGIN,
     )
     if not _is_worker(config):

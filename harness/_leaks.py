@@ -247,8 +247,15 @@ def collect_leaks(
         if creator is None:
             continue  # not proven ours: never touched
         leaks.append(
-            Leak(kind, path, st.st_size if kind != "socket" else 0, creator, proof,
-                 (st.st_dev, st.st_ino), label)
+            Leak(
+                kind,
+                path,
+                st.st_size if kind != "socket" else 0,
+                creator,
+                proof,
+                (st.st_dev, st.st_ino),
+                label,
+            )
         )
     leaks.extend(_escaped(watch.last_pid, workdir, label))
     _PENDING.extend(leaks)
@@ -395,20 +402,17 @@ def remove_leaks(leaks: Iterable[Leak]) -> list[tuple[Leak, str]]:
 def _unlink(leak: Leak) -> str:
     if leak.proof == "workdir":
         return ""  # the runner removed the workdir with it
+    step = "lstat"
     try:
         st = os.lstat(leak.path)
-    except FileNotFoundError:
-        return ""  # removed meanwhile (the implementation, or a later group's sweep)
-    except OSError as exc:
-        return f"lstat {leak.path}: {exc.strerror} ({_errno_name(exc)})"
-    if (st.st_dev, st.st_ino) != leak.key:
-        return f"{leak.path} is another file now (inode changed): left alone"
-    try:
+        if (st.st_dev, st.st_ino) != leak.key:
+            return f"{leak.path} is another file now (inode changed): left alone"
+        step = "unlink"
         os.unlink(leak.path)
     except FileNotFoundError:
-        return ""
+        return ""  # removed meanwhile (by the implementation, or a later group's sweep)
     except OSError as exc:
-        return f"unlink {leak.path}: {exc.strerror} ({_errno_name(exc)})"
+        return f"{step} {leak.path}: {exc.strerror} ({_errno_name(exc)})"
     return ""
 
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from ._channel import RecordWriter, read_records
 from ._faults import FaultPlan
 from ._forksafety import check_fork_safety, ranks_need_single_torch
-from ._leaks import LeakWatch, collect_leaks
+from ._leaks import Leak, LeakWatch, collect_leaks
 from ._mesh import Mesh
 from ._outcome import GroupResult
 from ._proc import (
@@ -346,10 +346,7 @@ def run_ranks(
     assert wd is not None  # completed: the section above opened it
     survivors = _kill_survivors(ranks)
     outcomes = tuple(judge(r, wd, skip_exit_codes) for r in ranks)
-    leftovers = wd.leftovers()
-    in_workdir = leftovers if wd.owned else ()  # a caller's workdir stays the caller's
-    leaks = collect_leaks(watch, (r.pid for r in ranks), wd.path, in_workdir, label)
-    wd.remove(clean=not leftovers and not survivors)
+    leftovers, leaks = _left_behind(wd, watch, ranks, label, clean=not survivors)
     return GroupResult(
         outcomes=outcomes,
         duration=time.monotonic() - start,
@@ -362,6 +359,19 @@ def run_ranks(
         timeout=timeout,
         failure_order=tuple(failure_order),
     )
+
+
+def _left_behind(
+    wd: Workdir, watch: LeakWatch, ranks: list[RankState], label: str, *, clean: bool
+) -> tuple[tuple[str, ...], tuple[Leak, ...]]:
+    """What the group left in its workdir and outside it (``_leaks``: noted for removal
+    after the test), then the workdir goes (or back to the pool if nothing was left).
+    The workdir's leftovers count as the group's only when the workdir is ours."""
+    leftovers = wd.leftovers()
+    pids = (r.pid for r in ranks)
+    leaks = collect_leaks(watch, pids, wd.path, leftovers if wd.owned else (), label)
+    wd.remove(clean=clean and not leftovers)
+    return leftovers, leaks
 
 
 def _close_capture(capture: list[CaptureFds]) -> None:

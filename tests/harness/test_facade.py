@@ -60,7 +60,8 @@ TIERS = {  # each tier's __all__
     "tpbcast.harness.runtime": _names(
         """
         SEED_ENV WORKDIR_PREFIX WORKDIR_ROOT_ENV NativeThread PlannedFault make_private_dir
-        native_threads release_workdirs sweep_stale_dirs
+        native_threads release_workdirs sweep_stale_dirs Leak pending_leaks remove_leaks
+        size_text take_leaks
         """
     ),
 }
