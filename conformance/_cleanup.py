@@ -62,80 +62,68 @@ def _entry(leak: Leak, clause: str, problem: str) -> dict[str, Any]:
     }
 
 
+_KINDS: Final = (
+    ("segment", "segments"),
+    ("semaphore", "semaphores"),
+    ("socket", "IPC files"),
+    ("file", "other files"),
+    ("dir", "directories"),
+    ("process", "processes"),
+)
+
+
 @dataclass
 class RunCleanup:
-    """Totals for one implementation (a conformance run judges one)."""
+    """Totals for one implementation (a conformance run judges one): per place
+    ("outside": /dev/shm, /tmp, the process table; "workdir": the groups' own workdirs)."""
 
-    segments: int = 0
-    segment_bytes: int = 0
-    semaphores: int = 0
-    ipc_files: int = 0
-    other_files: int = 0
-    processes: int = 0
-    not_removed: int = 0
+    counts_by_where: dict[str, dict[str, int]] = field(
+        default_factory=lambda: {"outside": {}, "workdir": {}}
+    )
     tests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def add(self, nodeid: str, entries: list[dict[str, Any]]) -> None:
         self.tests.setdefault(nodeid, []).extend(entries)
         for e in entries:
-            kind = e["kind"]
-            if kind == "segment":
-                self.segments += 1
-                self.segment_bytes += int(e["size"])
-            elif kind == "semaphore":
-                self.semaphores += 1
-            elif kind == "socket":
-                self.ipc_files += 1
-            elif kind == "process":
-                self.processes += 1
-            else:
-                self.other_files += 1
+            counts = self.counts_by_where.setdefault(str(e["where"]), {})
+            counts[e["kind"]] = counts.get(e["kind"], 0) + 1
+            counts["bytes"] = counts.get("bytes", 0) + int(e["size"] or 0)
             if not e["removed"]:
-                self.not_removed += 1
+                counts["not_removed"] = counts.get("not_removed", 0) + 1
 
     def as_doc(self, implementation: str) -> dict[str, Any]:
         return {
             "schema": "tpbcast-cleanup/1",
             "implementation": implementation,
-            "segments": self.segments,
-            "segment_bytes": self.segment_bytes,
-            "semaphores": self.semaphores,
-            "ipc_files": self.ipc_files,
-            "other_files": self.other_files,
-            "processes": self.processes,
-            "not_removed": self.not_removed,
-            "summary": summary_line(implementation, self.counts()),
+            "outside": self.counts_by_where.get("outside", {}),
+            "workdir": self.counts_by_where.get("workdir", {}),
+            "summary": summary_line(implementation, self.counts_by_where),
             "tests": self.tests,
         }
 
-    def counts(self) -> dict[str, int]:
-        return {
-            "segments": self.segments,
-            "segment_bytes": self.segment_bytes,
-            "semaphores": self.semaphores,
-            "ipc_files": self.ipc_files,
-            "other_files": self.other_files,
-            "processes": self.processes,
-            "not_removed": self.not_removed,
-        }
 
-
-def summary_line(implementation: str, counts: Mapping[str, Any]) -> str:
-    """``vllm MessageQueue: 9 segments, 216.0 MiB, 384 IPC files`` (or "nothing")."""
+def _counts_text(counts: Mapping[str, int]) -> str:
     parts = []
-    if counts.get("segments"):
-        parts.append(f"{counts['segments']} segments, {size_text(int(counts['segment_bytes']))}")
-    for key, word in (
-        ("semaphores", "semaphores"),
-        ("ipc_files", "IPC files"),
-        ("other_files", "other files"),
-        ("processes", "processes"),
-    ):
-        if counts.get(key):
-            parts.append(f"{counts[key]} {word}")
-    text = ", ".join(parts) or "nothing to clean up"
+    for kind, word in _KINDS:
+        n = counts.get(kind, 0)
+        if not n:
+            continue
+        parts.append(f"{n} {word}")
+        if kind == "segment":
+            parts[-1] += f", {size_text(counts.get('bytes', 0))}"
     if counts.get("not_removed"):
-        text += f" ({counts['not_removed']} could not be removed)"
+        parts.append(f"{counts['not_removed']} could NOT be removed")
+    return ", ".join(parts)
+
+
+def summary_line(implementation: str, counts_by_where: Mapping[str, Mapping[str, int]]) -> str:
+    """``vllm MessageQueue: 9 segments, 216.0 MiB, 2 processes; in the groups' workdirs:
+    384 IPC files`` (what the suite removed after it)."""
+    outside = _counts_text(counts_by_where.get("outside", {}))
+    inside = _counts_text(counts_by_where.get("workdir", {}))
+    text = outside or "nothing outside the groups' workdirs"
+    if inside:
+        text += f"; in the groups' workdirs: {inside}"
     return f"{implementation}: {text}"
 
 
@@ -204,7 +192,7 @@ class CleanupPlugin:
         tr.section("tpbcast cleanup")
         tr.write_line(
             "removed after the implementation: "
-            + summary_line(self.implementation or "the implementation", self.totals.counts())
+            + summary_line(self.implementation or "the implementation", self.totals.counts_by_where)
         )
         if self.write_error:
             tr.write_line(self.write_error, red=True)
