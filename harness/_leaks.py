@@ -18,7 +18,10 @@ proof that names one of the group's processes:
 - ``name``: its name carries the pid of one of the group's processes (a ring naming its
   segment ``<prefix>-<creator pid>-<random>``), and it did not exist before the group;
 - ``environment``: a live process started during the group whose environment names the
-  group's workdir (the rank's TMPDIR, which every process it starts inherits).
+  group's workdir (the rank's TMPDIR, which every process it starts inherits);
+- ``observed``: a test saw a process of its group hold it (:func:`claim`): the suite's
+  own observation of processes that were gone before the group ended (an interpreter a
+  rank started and let exit).
 
 Removal checks identity again (same device and inode, same pid and start time): what
 changed hands since it was recorded is left alone.  A foreign entry is never touched.
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 __all__ = [
     "Leak",
     "LeakWatch",
+    "claim",
     "collect_leaks",
     "note_held",
     "pending_leaks",
@@ -59,7 +63,7 @@ class Leak:
     path: str  # the entry's path; for a process its command line
     size: int  # bytes (0 for a socket, a directory or a process)
     creator: int  # pid of the group's process that made (held, named) it; 0: unknown
-    proof: str  # "held", "name", "environment" or "workdir"
+    proof: str  # "held", "name", "environment", "observed" or "workdir"
     key: tuple[int, int]  # (st_dev, st_ino), or (pid, start time) for a process
     group: str = ""  # the group's label, if it had one
 
@@ -77,6 +81,7 @@ _PROOFS = {
     "held": "held by it when its rank ended",
     "name": "its pid is in the name",
     "environment": "started by the group: its environment names the group's workdir",
+    "observed": "the test saw a process of the group hold it",
 }
 
 
@@ -273,6 +278,27 @@ def _workdir_entry(workdir: str, rel: str, label: str) -> Leak:
     kind = "socket" if stat.S_ISSOCK(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode) else "file"
     size = st.st_size if kind == "file" else 0
     return Leak(kind, path, size, 0, "workdir", (st.st_dev, st.st_ino), label)
+
+
+def claim(path: str, key: tuple[int, int], creator: int, label: str = "") -> Leak | None:
+    """Record an entry the caller saw a process of its group hold (a test's own
+    observation, e.g. of an interpreter a rank started and that has exited since): the
+    proof is that observation, ``key`` (st_dev, st_ino) must still match.  None when the
+    entry is gone, is another file now, or is recorded already."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if (st.st_dev, st.st_ino) != tuple(key):
+        return None
+    if any(leak.path == path and leak.key == tuple(key) for leak in _PENDING):
+        return None
+    kind = _kind(path, st) or "file"
+    size = st.st_size if kind in ("segment", "semaphore", "file") else 0
+    leak = Leak(kind, path, size, creator, "observed", (st.st_dev, st.st_ino), label)
+    _PENDING.append(leak)
+    _register_atexit()
+    return leak
 
 
 def _read_held(capture_dir: str) -> dict[str, int]:

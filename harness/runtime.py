@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ._faults import PlannedFault
 from ._forksafety import NativeThread, native_threads
-from ._leaks import Leak, pending_leaks, remove_leaks, size_text, take_leaks
+from ._leaks import Leak, claim, pending_leaks, remove_leaks, size_text, take_leaks
 from ._runner import SEED_ENV
 from ._stale import make_private_dir, sweep_stale_dirs
 from ._workdir import WORKDIR_PREFIX, WORKDIR_ROOT_ENV, release_workdirs
@@ -26,6 +26,7 @@ __all__ = [
     "Leak",
     "NativeThread",
     "PlannedFault",
+    "claim",
     "make_private_dir",
     "native_threads",
     "pending_leaks",

@@ -61,7 +61,7 @@ TIERS = {  # each tier's __all__
         """
         SEED_ENV WORKDIR_PREFIX WORKDIR_ROOT_ENV NativeThread PlannedFault make_private_dir
         native_threads release_workdirs sweep_stale_dirs Leak pending_leaks remove_leaks
-        size_text take_leaks
+        size_text take_leaks claim
         """
     ),
 }
