@@ -12,13 +12,14 @@ Other sessions (another xdist worker, another user of the machine) create and re
 their own entries at the same time, so an entry is only ever taken as the group's with a
 proof that names one of the group's processes:
 
-- ``held``: a process of the group held it (mapped, open or bound: ``/proc/<pid>/maps``,
-  ``fd``, ``net/unix``) when its rank's target ended (each rank looks, in its own
-  process group, only if something new appeared since the group began: usually free);
+- ``held``: a rank or its descendant held it (mapped, open or bound: ``/proc/<pid>/maps``,
+  ``fd``, ``net/unix``) when the rank's target ended (a rank looks only if /dev/shm or
+  /tmp changed since the group began: otherwise two ``stat`` calls);
 - ``name``: its name carries the pid of one of the group's processes (a ring naming its
-  segment ``<prefix>-<creator pid>-<random>``), and it did not exist before the group;
-- ``environment``: a live process started during the group whose environment names the
-  group's workdir (the rank's TMPDIR, which every process it starts inherits);
+  segment ``<prefix>-<creator pid>-<random>``), and it was created during the group;
+- ``descendant``: a process that was a descendant of a rank when its target ended
+  (``/proc/<pid>/task/*/children``, with its start time against pid reuse) and still
+  runs after the group: a helper that left the rank's process group;
 - ``observed``: a test saw a process of its group hold it (:func:`claim`): the suite's
   own observation of processes that were gone before the group ended (an interpreter a
   rank started and let exit).
@@ -34,6 +35,7 @@ import contextlib
 import os
 import signal
 import stat
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -63,7 +65,7 @@ class Leak:
     path: str  # the entry's path; for a process its command line
     size: int  # bytes (0 for a socket, a directory or a process)
     creator: int  # pid of the group's process that made (held, named) it; 0: unknown
-    proof: str  # "held", "name", "environment", "observed" or "workdir"
+    proof: str  # "held", "name", "descendant", "observed" or "workdir"
     key: tuple[int, int]  # (st_dev, st_ino), or (pid, start time) for a process
     group: str = ""  # the group's label, if it had one
 
@@ -80,7 +82,7 @@ class Leak:
 _PROOFS = {
     "held": "held by it when its rank ended",
     "name": "its pid is in the name",
-    "environment": "started by the group: its environment names the group's workdir",
+    "descendant": "started by a rank: its descendant when the rank's target ended",
     "observed": "the test saw a process of the group hold it",
 }
 
@@ -94,87 +96,110 @@ def size_text(n: int) -> str:
     return f"{n} B"
 
 
-def _names(directory: str) -> frozenset[str]:
+def _mtime(directory: str) -> int:
     try:
-        return frozenset(n for n in os.listdir(directory) if not n.startswith(_HARNESS_PREFIX))
+        return os.stat(directory).st_mtime_ns
     except OSError:
-        return frozenset()
-
-
-def _last_pid() -> int:
-    try:
-        with open("/proc/sys/kernel/ns_last_pid") as fh:
-            return int(fh.read())
-    except (OSError, ValueError):
         return -1
+
+
+def _created_since(directory: str, since_ns: int) -> list[str]:
+    """Entries of ``directory`` whose inode changed (was created) at or after ``since_ns``
+    (ctime: an entry that existed before only shows if it was changed meanwhile, and is
+    then still taken only with a proof), minus the harness's own directories."""
+    found = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if entry.name.startswith(_HARNESS_PREFIX) or entry.is_dir(follow_symlinks=False):
+                    continue
+                try:
+                    if entry.stat(follow_symlinks=False).st_ctime_ns >= since_ns:
+                        found.append(entry.path)
+                except OSError:
+                    continue
+    except OSError:
+        pass
+    return sorted(found)
 
 
 @dataclass(frozen=True)
 class LeakWatch:
-    """What existed when a group began (taken in the parent before the first fork)."""
+    """When a group began (taken in the parent before the first fork): the wall clock and
+    the modification times of /dev/shm and /tmp, so that a group during which neither
+    changed costs two ``stat`` calls per rank and nothing else."""
 
-    shm: frozenset[str]
-    tmp: frozenset[str]
-    last_pid: int
+    since_ns: int
+    mtimes: tuple[int, int]  # /dev/shm, /tmp
     capture_dir: str  # where each rank writes what it held (the harness's capture dir)
 
     @classmethod
     def start(cls, capture_dir: str) -> LeakWatch:
-        return cls(_names(SHM_DIR), _names(TMP_DIR), _last_pid(), capture_dir)
+        # A second of slack: a ctime is the filesystem's clock tick, not this call's.
+        since = time.time_ns() - 1_000_000_000
+        return cls(since, (_mtime(SHM_DIR), _mtime(TMP_DIR)), capture_dir)
 
     def new_paths(self) -> list[str]:
-        """Entries of /dev/shm and /tmp that did not exist when the group began (any
-        session's: the proofs decide which are the group's)."""
-        return [f"{SHM_DIR}/{n}" for n in sorted(_names(SHM_DIR) - self.shm)] + [
-            f"{TMP_DIR}/{n}" for n in sorted(_names(TMP_DIR) - self.tmp)
-        ]
+        """Entries of /dev/shm and /tmp created since the group began (any session's: the
+        proofs decide which are the group's); only a directory that changed is read."""
+        found = []
+        for directory, before in zip((SHM_DIR, TMP_DIR), self.mtimes, strict=True):
+            if _mtime(directory) != before:
+                found += _created_since(directory, self.since_ns)
+        return found
 
 
 # ------------------------------------------------------------------ in the rank, at its end
 
 
 def note_held(watch: LeakWatch | None, rank: int) -> None:
-    """In a rank, right after its target: which new /dev/shm and /tmp entries a process of
-    its process group holds, one ``pid<TAB>path`` line each in the rank's capture dir.
-    Costs two directory listings when nothing new appeared (the common case)."""
+    """In a rank, right after its target: its live descendants (``proc<TAB>pid<TAB>start``:
+    a helper it started, also in a session of its own) and which new /dev/shm and /tmp
+    entries this process or a descendant holds (``pid<TAB>path``), in the rank's capture
+    dir.  Costs two ``stat`` calls and one read per thread when the rank started nothing
+    and neither directory changed (the common case)."""
     if watch is None:
         return
+    kids = _descendants()
+    lines = [f"proc\t{pid}\t{start}\n" for pid, start in kids]
     new = watch.new_paths()
-    if not new:
-        return
-    keys: dict[tuple[int, int], str] = {}
-    for path in new:
-        with contextlib.suppress(OSError):
-            st = os.lstat(path)
-            keys[(st.st_dev, st.st_ino)] = path
-    paths = set(new)
-    lines = []
-    unix = _unix_paths()
-    for pid in _group_pids():
-        for path in _held_by(pid, keys, paths, unix):
-            lines.append(f"{pid}\t{path}\n")
+    if new:
+        keys: dict[tuple[int, int], str] = {}
+        for path in new:
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                keys[(st.st_dev, st.st_ino)] = path
+        unix = _unix_paths()
+        for pid in (os.getpid(), *(pid for pid, _ in kids)):
+            lines += [f"{pid}\t{path}\n" for path in _held_by(pid, keys, set(new), unix)]
     if lines:
         with open(f"{watch.capture_dir}/{rank}.{_HELD_KIND}", "w") as fh:
             fh.writelines(lines)
 
 
-def _group_pids() -> list[int]:
-    """This process and every other member of its process group (a helper it forked)."""
-    me, group = os.getpid(), os.getpgrp()
-    pids = [me]
-    with contextlib.suppress(OSError):
-        for name in os.listdir("/proc"):
-            if name.isdigit() and int(name) != me and _pgid(int(name)) == group:
-                pids.append(int(name))
-    return pids
-
-
-def _pgid(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[2])
-    except (OSError, IndexError, ValueError):
-        return -1
+def _descendants() -> list[tuple[int, int]]:
+    """Live descendants of this process as ``(pid, start time)``, from each thread's
+    ``children`` list (setsid does not change a parent: a detached helper is here too)."""
+    found: list[tuple[int, int]] = []
+    todo = [os.getpid()]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as fh:
+                    kids = [int(x) for x in fh.read().split()]
+            except (OSError, ValueError):
+                continue
+            for kid in kids:
+                start = _start_time(kid)
+                if start is not None:
+                    found.append((kid, start))
+                    todo.append(kid)
+    return found
 
 
 def _unix_paths() -> dict[int, str]:
@@ -234,9 +259,8 @@ def collect_leaks(
     with its proof; recorded for :func:`remove_leaks`.  ``in_workdir`` are the leftovers
     of a workdir the harness removes itself right after: listed too (proof "workdir"), so
     a run can say how much it cleaned up after an implementation."""
-    ranks = set(pids)
-    held = _read_held(watch.capture_dir)
-    ours = ranks | set(held.values())
+    held, kids = _read_notes(watch.capture_dir)
+    ours = set(pids) | set(held.values()) | {pid for pid, _ in kids}
     leaks: list[Leak] = [_workdir_entry(workdir, rel, label) for rel in in_workdir]
     for path in watch.new_paths():
         try:
@@ -251,18 +275,9 @@ def collect_leaks(
             creator, proof = _pid_in_name(os.path.basename(path), ours), "name"
         if creator is None:
             continue  # not proven ours: never touched
-        leaks.append(
-            Leak(
-                kind,
-                path,
-                st.st_size if kind != "socket" else 0,
-                creator,
-                proof,
-                (st.st_dev, st.st_ino),
-                label,
-            )
-        )
-    leaks.extend(_escaped(watch.last_pid, workdir, label))
+        size = st.st_size if kind != "socket" else 0
+        leaks.append(Leak(kind, path, size, creator, proof, (st.st_dev, st.st_ino), label))
+    leaks.extend(_escaped(kids, label))
     _PENDING.extend(leaks)
     if leaks:
         _register_atexit()
@@ -301,18 +316,22 @@ def claim(path: str, key: tuple[int, int], creator: int, label: str = "") -> Lea
     return leak
 
 
-def _read_held(capture_dir: str) -> dict[str, int]:
+def _read_notes(capture_dir: str) -> tuple[dict[str, int], list[tuple[int, int]]]:
+    """What the ranks noted (``note_held``): path -> holder pid, and their descendants."""
     held: dict[str, int] = {}
+    kids: list[tuple[int, int]] = []
     with contextlib.suppress(OSError):
         for name in os.listdir(capture_dir):
             if not name.endswith(f".{_HELD_KIND}"):
                 continue
             with contextlib.suppress(OSError), open(f"{capture_dir}/{name}") as fh:
                 for line in fh:
-                    pid, _, path = line.rstrip("\n").partition("\t")
-                    if pid.isdigit() and path:
-                        held.setdefault(path, int(pid))
-    return held
+                    fields = line.rstrip("\n").split("\t")
+                    if fields[0] == "proc" and len(fields) == 3:
+                        kids.append((int(fields[1]), int(fields[2])))
+                    elif len(fields) == 2 and fields[0].isdigit():
+                        held.setdefault(fields[1], int(fields[0]))
+    return held, kids
 
 
 def _kind(path: str, st: os.stat_result) -> str | None:
@@ -344,48 +363,21 @@ def _start_time(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
-def _escaped(last_pid: int, workdir: str, label: str) -> list[Leak]:
-    """Live processes started since the group began (pid after ``last_pid``, or any pid
-    when the counter wrapped) whose environment names the group's workdir: helpers that
-    left the rank's process group, which the runner's group kill missed."""
-    now = _last_pid()
-    marker = f"={workdir}\0".encode()
+def _escaped(kids: list[tuple[int, int]], label: str) -> list[Leak]:
+    """The ranks' descendants (as each rank saw them at its end) still running now: what
+    the runner's kill of the ranks' process groups missed (a helper in its own session)."""
     found: list[Leak] = []
-    me = os.getpid()
-    for pid in _pids_since(last_pid, now):
-        if pid == me:
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                env = fh.read()
-        except OSError:
-            continue  # gone, or another user's
-        if marker not in env:
-            continue
-        start = _start_time(pid)
-        if start is None:
-            continue
+    for pid, start in kids:
+        if _start_time(pid) != start:
+            continue  # gone (or its pid is another process's now)
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
         except OSError:
             cmd = "?"
-        found.append(Leak("process", cmd, 0, pid, "environment", (pid, start), label))
+        found.append(Leak("process", cmd, 0, pid, "descendant", (pid, start), label))
     return found
 
-
-def _pids_since(last_pid: int, now: int) -> list[int]:
-    """The pids handed out after ``last_pid`` up to ``now`` (usually a few dozen, so
-    they are probed one by one); every live pid when the counter wrapped or is unknown."""
-    if 0 <= last_pid <= now and now - last_pid <= _PROBE_MAX:
-        return list(range(last_pid + 1, now + 1))
-    try:
-        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
-        return []
-
-
-_PROBE_MAX = 4096
 
 # ------------------------------------------------------------------------------- removal
 
