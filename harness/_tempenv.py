@@ -9,9 +9,8 @@ it, is reported with the group that made it, and goes when the workdir is remove
 instead of piling up in the machine's ``/tmp``.  A test that wants another TMPDIR
 (the base-path tests) still sets its own inside the rank.
 
-The variables are set in ``os.environ`` (so a process the rank starts inherits them
-too; its ``/proc/<pid>/environ`` then names the workdir, which is how ``_leaks``
-recognises a helper process that left the rank's process group).
+The variables are set in ``os.environ``, so a process the rank starts (an ``exec:``
+driver, an engine's helper) inherits them too.
 """
 
 from __future__ import annotations
