@@ -56,7 +56,7 @@ def _entry(leak: Leak, clause: str, problem: str) -> dict[str, Any]:
         "proof": leak.proof,
         "group": leak.group,
         "clause": clause,
-        "where": "workdir" if leak.proof == "workdir" else "outside",
+        "where": "workdir" if leak.in_workdir else "outside",
         "removed": not problem,
         "problem": problem or None,
     }

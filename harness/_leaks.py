@@ -65,14 +65,20 @@ class Leak:
     path: str  # the entry's path; for a process its command line
     size: int  # bytes (0 for a socket, a directory or a process)
     creator: int  # pid of the group's process that made (held, named) it; 0: unknown
-    proof: str  # "held", "name", "descendant", "observed" or "workdir"
+    proof: str  # "held", "name", "descendant", "observed"; in the workdir "workdir", "caller"
     key: tuple[int, int]  # (st_dev, st_ino), or (pid, start time) for a process
     group: str = ""  # the group's label, if it had one
 
+    @property
+    def in_workdir(self) -> bool:
+        """Left in the group's workdir (which goes as a whole), not elsewhere."""
+        return self.proof in ("workdir", "caller")
+
     def describe(self) -> str:
-        if self.proof == "workdir":
+        if self.in_workdir:
             size = f", {size_text(self.size)}" if self.size else ""
-            return f"{self.kind} {self.path}{size} (in the group's workdir, removed with it)"
+            whose = "removed with it" if self.proof == "workdir" else "the caller removes it"
+            return f"{self.kind} {self.path}{size} (in the group's workdir, {whose})"
         if self.kind == "process":
             return f"process pid {self.key[0]} ({self.path}): {_PROOFS[self.proof]}"
         size = f", {size_text(self.size)}" if self.size else ""
@@ -253,15 +259,20 @@ def collect_leaks(
     workdir: str,
     in_workdir: Iterable[str] = (),
     label: str = "",
+    *,
+    workdir_owned: bool = True,
 ) -> tuple[Leak, ...]:
     """After the group (every rank reaped, the survivors of its process groups killed):
     what it left in /dev/shm and /tmp and which helper processes of it still run, each
     with its proof; recorded for :func:`remove_leaks`.  ``in_workdir`` are the leftovers
-    of a workdir the harness removes itself right after: listed too (proof "workdir"), so
-    a run can say how much it cleaned up after an implementation."""
+    of the workdir: listed too, so a run can say how much it cleaned up after an
+    implementation (proof "workdir": the harness removes it right after; "caller": a
+    workdir the caller passed, which the caller removes, e.g. the pytest fixture's
+    session directory)."""
     held, kids = _read_notes(watch.capture_dir)
     ours = set(pids) | set(held.values()) | {pid for pid, _ in kids}
-    leaks: list[Leak] = [_workdir_entry(workdir, rel, label) for rel in in_workdir]
+    whose = "workdir" if workdir_owned else "caller"
+    leaks: list[Leak] = [_workdir_entry(workdir, rel, label, whose) for rel in in_workdir]
     for path in watch.new_paths():
         try:
             st = os.lstat(path)
@@ -284,15 +295,15 @@ def collect_leaks(
     return tuple(leaks)
 
 
-def _workdir_entry(workdir: str, rel: str, label: str) -> Leak:
+def _workdir_entry(workdir: str, rel: str, label: str, whose: str) -> Leak:
     path = f"{workdir}/{rel}"
     try:
         st = os.lstat(path)
     except OSError:
-        return Leak("file", path, 0, 0, "workdir", (0, 0), label)
+        return Leak("file", path, 0, 0, whose, (0, 0), label)
     kind = "socket" if stat.S_ISSOCK(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode) else "file"
     size = st.st_size if kind == "file" else 0
-    return Leak(kind, path, size, 0, "workdir", (st.st_dev, st.st_ino), label)
+    return Leak(kind, path, size, 0, whose, (st.st_dev, st.st_ino), label)
 
 
 def claim(path: str, key: tuple[int, int], creator: int, label: str = "") -> Leak | None:
@@ -418,8 +429,8 @@ def remove_leaks(leaks: Iterable[Leak]) -> list[tuple[Leak, str]]:
 
 
 def _unlink(leak: Leak) -> str:
-    if leak.proof == "workdir":
-        return ""  # the runner removed the workdir with it
+    if leak.in_workdir:
+        return ""  # goes with the workdir (the runner's, or the caller's own)
     step = "lstat"
     try:
         st = os.lstat(leak.path)

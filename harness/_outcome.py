@@ -343,7 +343,7 @@ class GroupResult:
             )
         if self.leftover_files:
             lines.append(f"leftover files in workdir: {', '.join(self.leftover_files)}")
-        outside = [leak for leak in self.leaks if leak.proof != "workdir"]
+        outside = [leak for leak in self.leaks if not leak.in_workdir]
         if outside:
             lines.append("left outside the workdir (removed by the suite after the test):")
             lines.extend(f"  {leak.describe()}" for leak in outside)

@@ -365,11 +365,11 @@ def _left_behind(
     wd: Workdir, watch: LeakWatch, ranks: list[RankState], label: str, *, clean: bool
 ) -> tuple[tuple[str, ...], tuple[Leak, ...]]:
     """What the group left in its workdir and outside it (``_leaks``: noted for removal
-    after the test), then the workdir goes (or back to the pool if nothing was left).
-    The workdir's leftovers count as the group's only when the workdir is ours."""
+    after the test), then the workdir goes (or back to the pool if nothing was left; a
+    caller's workdir stays the caller's)."""
     leftovers = wd.leftovers()
     pids = (r.pid for r in ranks)
-    leaks = collect_leaks(watch, pids, wd.path, leftovers if wd.owned else (), label)
+    leaks = collect_leaks(watch, pids, wd.path, leftovers, label, workdir_owned=wd.owned)
     wd.remove(clean=clean and not leftovers)
     return leftovers, leaks
 

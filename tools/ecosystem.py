@@ -346,7 +346,7 @@ def render_markdown(results: Sequence[Result]) -> str:
         "## What the suite removed after each implementation",
         "",
         "What the run's groups left behind, proven theirs (a holder pid, the creator's pid "
-        "in the name, or the group's workdir in a helper's environment) and removed after "
+        "in the name, a rank's descendant, or the test's own observation) and removed after "
         "the test that caused it; each entry, with the clause it breaks, is in that test's "
         "report and in `runs/<name>/cleanup.json`.",
         "",

@@ -95,7 +95,7 @@ def test_a_leaking_group_is_recorded_with_proof_and_removed():
         helper = result.outcomes[0].value
         left = _ours(prefix)
         assert len(left) == 3, left  # the leak happened: judged only after seeing it
-        by_path = {leak.path: leak for leak in result.leaks if leak.proof != "workdir"}
+        by_path = {leak.path: leak for leak in result.leaks if not leak.in_workdir}
         assert set(left) <= set(by_path), (left, result.leaks)
         rank0 = result.outcomes[0].pid
         proofs = {_role(p): by_path[p].proof for p in left}
