@@ -17,16 +17,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, final, runtime_checkable
 
+from ._transports import DEFAULT_TRANSPORT, check_transport
+
 __all__ = [
     "CAPABILITY_MEMBERS",
     "DEFAULT_IMPLEMENTATION",
-    "DEFAULT_TRANSPORT",
     "REQUIRED_MEMBERS",
-    "TRANSPORTS",
     "AdapterError",
     "Broadcaster",
     "Capability",
     "CapabilityMissing",
+    "EngineNotAsked",
     "Implementation",
     "ImplementationLoadError",
     "UnknownCapabilityError",
@@ -37,12 +38,6 @@ __all__ = [
 
 DEFAULT_IMPLEMENTATION: Final = "tpbcast.reference_impl.conformance_adapter:make"
 """The reference implementation's factory, named by string on purpose."""
-
-TRANSPORTS: Final = ("uds-v1", "shm")
-"""Transports an adapter may declare in its ``transport`` attribute (the conformance SPEC's
-transport scopes; ``tests/conformance_machinery`` checks the two lists agree)."""
-DEFAULT_TRANSPORT: Final = "uds-v1"
-"""An adapter that declares no transport speaks RTP-LLM's Unix-socket wire v1."""
 
 
 class Capability(enum.StrEnum):
@@ -121,6 +116,37 @@ class CapabilityMissing(AdapterError):  # noqa: N818 - a verdict (UNSUPPORTED), 
         return (type(self), (self.capability, self.implementation))
 
 
+class EngineNotAsked(CapabilityMissing):
+    """The adapter answered a call itself: the engine under it was never asked.
+
+    An adapter stands between the suite and an engine (vLLM's queue, a C library behind
+    ``exec:``); anything it decides on its own — an argument check, a re-init rule, a
+    pre-check the engine's API cannot express, state it keeps for the engine — says nothing
+    about the engine.  Raising this instead of the refusal a clause expects makes the check
+    UNSUPPORTED ("the engine was never asked"), never PASS and never FAIL: the suite's
+    ``attempt`` does not catch it as the implementation's answer.
+
+    ``check`` names what the adapter decided (``rank_range``, ``reinit``, ``read_only_buffer``,
+    ...), ``detail`` what it saw, ``engine`` what it stands in front of.
+    """
+
+    def __init__(self, check: str, detail: str, engine: str) -> None:
+        # CapabilityMissing's own message speaks of an undeclared capability: not this.
+        AdapterError.__init__(
+            self,
+            f"UNSUPPORTED ({check}): {detail}. The adapter decided this itself; {engine} "
+            "was never asked, so nothing about it was judged",
+        )
+        self.capability = f"adapter:{check}"
+        self.implementation = engine
+        self.check = check
+        self.detail = detail
+        self.engine = engine
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.check, self.detail, self.engine))
+
+
 _KNOWN: Final = frozenset(c.value for c in Capability)
 
 
@@ -159,20 +185,11 @@ def parse_transport(value: object, *, source: str = "") -> str:
     """Validate a declared transport (``None``, the attribute absent, is ``uds-v1``: the wire
     every adapter spoke before transports were declared).
 
-    :raises UnknownCapabilityError: a name that is not one of :data:`TRANSPORTS`; a typo
-        must not turn every clause of the implementation's real transport NOT_APPLICABLE.
+    :raises UnknownTransportError: a name that is not a row of the transport-profile table;
+        a typo must not turn every clause of the implementation's real transport
+        NOT_APPLICABLE.
     """
-    if value is None:
-        return DEFAULT_TRANSPORT
-    name = str(value)
-    if name not in TRANSPORTS:
-        where = f" in {source}" if source else ""
-        close = difflib.get_close_matches(name, TRANSPORTS, n=1)
-        hint = f" - did you mean {close[0]!r}?" if close else ""
-        raise UnknownCapabilityError(
-            f"unknown transport {name!r}{where}{hint} (known: {', '.join(TRANSPORTS)})"
-        )
-    return name
+    return check_transport(value, where=source)
 
 
 def check_members(spec: str, obj: object, capabilities: frozenset[str]) -> None:

@@ -39,6 +39,7 @@ from ._faults import FaultPlan
 from ._forksafety import check_fork_safety, ranks_need_single_torch
 from ._leaks import Leak, LeakWatch, collect_leaks
 from ._mesh import Mesh
+from ._observe import list_group_members
 from ._outcome import GroupResult
 from ._proc import (
     DeferredSignals,
@@ -46,7 +47,6 @@ from ._proc import (
     fork_child,
     group_alive,
     killpg_quiet,
-    list_group_members,
     preload,
     restore_signal_mask,
 )

@@ -40,6 +40,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
+from tpbcast.harness import adapter
+
 HERE: Final = Path(__file__).resolve().parent
 
 
@@ -67,7 +69,7 @@ REPORT_DIR: Final = REPO / "reports" / "ecosystem"
 DEFAULT_SEED: Final = "20261203"
 """The seed every row runs with unless --seed or TPBCAST_SEED says otherwise."""
 REFERENCE_NAME: Final = "reference"
-RATIO_GOAL: Final = 3.0  # issue 22: any implementation judged in at most 3x the reference's
+RATIO_GOAL: Final = 3.0  # any implementation is judged in at most 3x the reference's time
 
 
 @dataclass(frozen=True)
@@ -264,7 +266,9 @@ def _ratio(result: Result) -> str:
 
 def _transport(result: Result) -> str:
     doc = result.doc
-    return "-" if doc is None else str(doc["implementation"].get("transport") or "uds-v1")
+    if doc is None:
+        return "-"
+    return str(doc["implementation"].get("transport") or adapter.DEFAULT_TRANSPORT)
 
 
 def _version(result: Result) -> str:

@@ -23,9 +23,10 @@ def _names(text: str) -> set[str]:
 TIERS = {  # each tier's __all__
     "tpbcast.harness": _names(
         """
-        CapabilityMissing Delay Exit FaultAction FaultPlan FaultRecord ForkSafetyError
-        GroupResult Implementation Kill Pause Raise RankContext RankGroupFailure RankOutcome
-        Segfault SignalStorm Status SyncError SyncTimeoutError load_implementation run_ranks
+        CapabilityMissing Delay EngineNotAsked Exit FaultAction FaultPlan FaultRecord
+        ForkSafetyError GroupResult Implementation Kill Pause Raise RankContext RankGroupFailure
+        RankOutcome Segfault SignalStorm Status SyncError SyncTimeoutError load_implementation
+        run_ranks
         """
     ),
     "tpbcast.harness.wire": _names(
@@ -51,10 +52,20 @@ TIERS = {  # each tier's __all__
     ),
     "tpbcast.harness.adapter": _names(
         """
-        DEFAULT_IMPLEMENTATION DEFAULT_TRANSPORT REQUIRED_MEMBERS TRANSPORTS AdapterError
-        Broadcaster Capability CapabilityMissing ExecBroadcastError ExecDriverError
-        ExecNotAsked Implementation ImplementationLoadError UnknownCapabilityError
-        load_implementation parse_capabilities parse_transport
+        DEFAULT_IMPLEMENTATION DEFAULT_TRANSPORT REQUIRED_MEMBERS TRANSPORT_PROFILES
+        AdapterError Broadcaster Capability CapabilityMissing EngineNotAsked ExecBroadcastError
+        ExecDriverError ExecNotAsked Implementation ImplementationLoadError TransportProfile
+        UnknownCapabilityError UnknownTransportError load_implementation parse_capabilities
+        parse_transport transport_names transport_profile transport_profiles
+        """
+    ),
+    "tpbcast.harness.observe": _names(
+        """
+        PID_FILE_PREFIX SHM_DIR Held Proc alive all_stopped dead describe descendants
+        fd_cloexec fd_targets held load_observation loose modes_in named_now new_held
+        pid_path private_tmpdir publish_pid published_pid save_observation shm_names
+        signal_masks still_named still_there thread_count thread_wait unix_listening wait_dead
+        wait_gone wait_until
         """
     ),
     "tpbcast.harness.runtime": _names(
