@@ -376,7 +376,7 @@ def _system_exit_code(exc: SystemExit) -> int:
 
 
 def _finish(spec: RankSpec, writer: RecordWriter, before: set[int]) -> None:
-    note_held(spec.leak_watch, spec.rank)  # before reset's absence loses the evidence
+    note_held(spec.leak_watch, spec.rank)  # while the rank lives: what it holds proves ownership
     if not spec.check_fds:
         return
     leaked = sorted(open_fds() - before - private_fds())  # not the adapter's channels
