@@ -29,6 +29,7 @@ __all__ = [
     "named_now",
     "new_held",
     "shm_names",
+    "still_named",
     "still_there",
 ]
 
@@ -180,6 +181,14 @@ def new_held(before: dict[str, Held], now: dict[str, Held]) -> dict[str, Held]:
 def named_now(entries: dict[str, Held], dirs: list[str]) -> list[str]:
     """Held names that still exist: each entry's inode searched in ``dirs`` and in the
     directory it was seen in; a socket path that still exists."""
+    return sorted(text for text, _, _ in still_named(entries, dirs))
+
+
+def still_named(
+    entries: dict[str, Held], dirs: list[str]
+) -> set[tuple[str, str, tuple[int, int] | None]]:
+    """:func:`named_now` as ``(text, path, key)``: the path and inode each leftover has
+    now, so a suite can hand it to the run's cleanup (``runtime.claim``)."""
     places = set(dirs)
     places.update(os.path.dirname(e.path) for e in entries.values())
     index: dict[tuple[int, int], str] = {}
@@ -195,13 +204,22 @@ def named_now(entries: dict[str, Held], dirs: list[str]) -> list[str]:
             except OSError:
                 continue
             index.setdefault((st.st_dev, st.st_ino), full)
-    left = set()
+    left: set[tuple[str, str, tuple[int, int] | None]] = set()
     for e in entries.values():
         if e.key is not None and e.key in index:
-            left.add(f"{index[e.key]} ({e.kind} the implementation held)")
+            path = index[e.key]
+            left.add((f"{path} ({e.kind} the implementation held)", path, e.key))
         elif e.kind == "socket" and os.path.lexists(e.path):
-            left.add(f"{e.path} (socket the implementation bound)")
-    return sorted(left)
+            left.add((f"{e.path} (socket the implementation bound)", e.path, _key_of(e.path)))
+    return left
+
+
+def _key_of(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def loose(entries: dict[str, Held]) -> list[str]:

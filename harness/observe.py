@@ -10,7 +10,17 @@ ranks needs none of it.
 
 from __future__ import annotations
 
-from ._held import Held, held, loose, modes_in, named_now, new_held, shm_names, still_there
+from ._held import (
+    Held,
+    held,
+    loose,
+    modes_in,
+    named_now,
+    new_held,
+    shm_names,
+    still_named,
+    still_there,
+)
 from ._observe import (
     PID_FILE_PREFIX,
     SHM_DIR,
@@ -62,6 +72,7 @@ __all__ = [
     "save_observation",
     "shm_names",
     "signal_masks",
+    "still_named",
     "still_there",
     "thread_count",
     "thread_wait",
