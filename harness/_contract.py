@@ -58,6 +58,7 @@ class Capability(enum.StrEnum):
     DISPATCH = "dispatch"
     ERROR_DETAILS = "error_details"
     BASE_PATH = "base_path"
+    ENDPOINT = "endpoint"
 
 
 REQUIRED_MEMBERS: Final = ("initialize", "broadcast", "reset", "is_initialized")
@@ -69,6 +70,7 @@ CAPABILITY_MEMBERS: Final[Mapping[Capability, tuple[str, ...]]] = {
     Capability.ABSTRACT_NAMESPACE: ("set_abstract_namespace",),
     Capability.DISPATCH: ("make_dispatcher",),
     Capability.BASE_PATH: ("make_base_path",),
+    Capability.ENDPOINT: ("set_endpoint",),
 }
 """Members a capability promises; declaring it without them is a load error."""
 
