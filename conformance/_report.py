@@ -34,7 +34,7 @@ from ._results import (
     aggregate_verdict,
     exit_status,
 )
-from .spec import AREAS, LEVELS, Clause, Spec, default_spec
+from .spec import AREAS, LEVELS, Clause, Spec, default_spec, transport_profiles
 from .spec._markdown import render_markdown
 
 __all__ = [
@@ -359,8 +359,8 @@ def render_report_markdown(
             f"- Judged: {suite.judgement_summary()}",
             f"- Implementation: `{impl.spec or impl.name}`, version {impl.version or 'unknown'}",
             f"- Capabilities: {', '.join(sorted(impl.capabilities)) or 'none declared'}",
-            f"- Transport: {impl.transport} (clauses of another transport's scope are "
-            "NOT_APPLICABLE)",
+            f"- Transport: {_transport_label(impl.transport)} (clauses of another transport's "
+            "scope are NOT_APPLICABLE)",
             *_expectations_md(suite),
             f"- Spec: {suite.spec_label}; started {suite.started.isoformat(timespec='seconds')}; "
             f"duration {suite.duration:.1f} s; seed {_seed(suite)}",
@@ -463,6 +463,13 @@ footer { margin-top: 40px; color: var(--muted); font-size: 12px; }
 """
 
 
+def _transport_label(name: str) -> str:
+    """``shm: a shared-memory transport: ...``: the name with its row of the profile table
+    (a report read back from JSON may name a profile this checkout does not have)."""
+    summary = next((p.summary for p in transport_profiles() if p.name == name), "")
+    return f"{name}: {summary}" if summary else name
+
+
 def _run_card(suite: SuiteResult) -> str:
     impl = suite.implementation
     ok = exit_status(suite) == 0
@@ -470,7 +477,7 @@ def _run_card(suite: SuiteResult) -> str:
         ("Implementation", impl.spec or impl.name),
         ("Version", impl.version or "unknown"),
         ("Capabilities", ", ".join(sorted(impl.capabilities)) or "none declared"),
-        ("Transport", impl.transport),
+        ("Transport", _transport_label(impl.transport)),
         ("Spec", suite.spec_label),
         ("Started", suite.started.isoformat(timespec="seconds")),
         ("Duration", f"{suite.duration:.1f} s"),

@@ -68,7 +68,7 @@ from ._verdicts import (
     judge_exception,
     require,
 )
-from .spec import DEFAULT_TRANSPORT, TRANSPORTS, Spec, load_spec
+from .spec import DEFAULT_TRANSPORT, Spec, load_spec, transport_names, transport_profiles
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterable, Sequence
@@ -115,8 +115,6 @@ _DURATION_KEY: Final = pytest.StashKey[float]()
 _SHARED_KEY: Final = pytest.StashKey[str]()
 _LOG_KEY: Final = pytest.StashKey[_checks.CheckLog]()
 _OUTSIDE_KEY: Final = pytest.StashKey[dict[str, str]]()
-_EVERY_TRANSPORT: Final = ("core", "dispatch")
-"""Scopes judged whatever the implementation's transport (``Clause.applies_to``)."""
 
 
 # --------------------------------------------------------------------------- selection
@@ -141,7 +139,9 @@ def select_clauses(spec: Spec, selectors: Iterable[str]) -> tuple[Clause, ...] |
 
 
 def list_lines(selectors: Sequence[str] = (), registry: str | None = None) -> list[str]:
-    """``--list``: one line per (selected) clause: id, level, scope, title, capabilities."""
+    """``--list``: one line per (selected) clause: id, level, scope, title, capabilities;
+    without a selection, then the transport profiles a scope may name, one line each (a
+    selection prints clause lines only, for scripts)."""
     spec = load_spec(registry)
     chosen = select_clauses(spec, selectors)
     clauses = spec.clauses if chosen is None else chosen
@@ -151,6 +151,12 @@ def list_lines(selectors: Sequence[str] = (), registry: str | None = None) -> li
     for c in clauses:
         extra = f" [needs {', '.join(c.capabilities)}]" if c.capabilities else ""
         lines.append(f"{c.id:<{width}}  {c.level:<6}  {c.scope:<{scope_width}}  {c.title}{extra}")
+    if chosen is not None:
+        return lines
+    lines.append("")
+    lines.append("transport profiles (scope core: every transport; dispatch: the fallback layer):")
+    name_width = max((len(p.name) for p in transport_profiles()), default=4)
+    lines.extend(f"  {p.name:<{name_width}}  {p.summary}" for p in transport_profiles())
     return lines
 
 
@@ -204,10 +210,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "staged_via(transport): the test stages its fault through that transport (a uds-v1 "
-        "rogue peer or root, a socket trick); against an implementation of another transport "
-        "it is not run and its checks are NOT_APPLICABLE (a core clause only such tests cite "
-        "is UNSUPPORTED: not staged)",
+        "staged_via(*transports): the test stages its fault through one of these transports "
+        "(a uds-v1 rogue peer or root, a socket trick); against an implementation of any "
+        "other transport it is not run and its checks are NOT_APPLICABLE (a core clause "
+        "only such tests cite is UNSUPPORTED: not staged)",
     )
     _preload_optional("numpy")
     spec = load_spec(config.getoption("tpbcast_registry"))
@@ -226,6 +232,29 @@ def pytest_configure(config: pytest.Config) -> None:
         shared = tempfile.mkdtemp(prefix="tpbcast-run-")
         os.environ[SHARED_DIR_ENV] = shared
         config.stash[_SHARED_KEY] = shared
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Load the implementation under test before any test runs (controller only).
+
+    An implementation that cannot be loaded (a bad factory, an unknown transport, a missing
+    member) would otherwise fail the setup of every test with the same message: a report
+    of 134 ERRORs that say one thing.  Stop the run instead, with that one error and the
+    usage exit status.  Workers load it again on first use (``tpbcast_impl``).
+    """
+    config = session.config
+    if _is_worker(config) or config.option.collectonly:
+        return
+    settings = settings_of(config)
+    try:
+        impl = config.hook.pytest_tpbcast_implementation(config=config, spec=settings.impl)
+    except Exception as exc:  # any import, factory or contract error: one message
+        raise pytest.UsageError(
+            f"cannot load tpbcast implementation {settings.impl!r} (from "
+            f"{settings.impl_from}): {type(exc).__name__}: {exc}"
+        ) from None
+    if impl is None:
+        raise pytest.UsageError(f"no plugin returned an implementation for {settings.impl!r}")
 
 
 def _load_expectations(config: pytest.Config, spec: Spec) -> Expectations | None:
@@ -327,13 +356,19 @@ def _cited(item: pytest.Item, spec: Spec) -> tuple[tuple[str, ...], list[str]]:
                 ids.append(spec[arg].id)
     if not ids and not problems:
         problems.append(f"{item.nodeid}: cites no clause (add @pytest.mark.clause(...))")
-    via = _staged_via(item)
-    if item.get_closest_marker("staged_via") is not None and via not in TRANSPORTS:
-        # A typo would skip the test on every implementation, silently.
+    known = transport_names()
+    staged = item.get_closest_marker("staged_via")
+    if staged is not None and not staged.args:
         problems.append(
-            f"{item.nodeid}: staged_via({via!r}) names no transport (known: "
-            f"{', '.join(TRANSPORTS)})"
+            f"{item.nodeid}: staged_via() names no transport (known: {', '.join(known)})"
         )
+    for via in _staged_via(item) or ():
+        if via not in known:
+            # A typo would skip the test on every implementation, silently.
+            problems.append(
+                f"{item.nodeid}: staged_via({via!r}) names no transport (the transport "
+                f"profiles: {', '.join(known)})"
+            )
     return tuple(dict.fromkeys(ids)), problems
 
 
@@ -382,9 +417,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         item.stash[_LOG_KEY] = _checks.begin()
 
 
-def _staged_via(item: pytest.Item) -> str | None:
+def _staged_via(item: pytest.Item) -> tuple[str, ...] | None:
+    """The transports a test stages its fault through, or None: judged on every one."""
     mark = item.get_closest_marker("staged_via")
-    return None if mark is None or not mark.args else str(mark.args[0])
+    return None if mark is None or not mark.args else tuple(str(arg) for arg in mark.args)
 
 
 @pytest.fixture(autouse=True)
@@ -399,7 +435,7 @@ def _tpbcast_transport_profile(request: pytest.FixtureRequest) -> None:
     cited: tuple[str, ...] = item.stash.get(_CLAUSES_KEY, ())
     spec = item.config.stash[_SPEC_KEY]
     via = _staged_via(item)
-    if not cited or (via is None and all(spec[cid].scope in _EVERY_TRANSPORT for cid in cited)):
+    if not cited or (via is None and all(spec[cid].every_transport for cid in cited)):
         item.stash[_OUTSIDE_KEY] = {}
         return  # judged on every transport: no need to load the implementation here
     impl: Implementation = request.getfixturevalue("tpbcast_impl")
@@ -407,10 +443,11 @@ def _tpbcast_transport_profile(request: pytest.FixtureRequest) -> None:
     item.stash[_OUTSIDE_KEY] = outside
     if len(outside) == len(cited):
         raise NotApplicable("NOT_APPLICABLE: " + "; ".join(outside.values()))
-    if via is not None and via != impl.transport:
+    if via is not None and impl.transport not in via:
         raise NotStaged(
-            f"not staged: the test stages its fault through {via} (a rogue peer or root, a "
-            f"socket trick), which {impl.name!r} (transport {impl.transport!r}) does not speak"
+            f"not staged: the test stages its fault through {' or '.join(via)} (a rogue peer "
+            f"or root, a socket trick), which {impl.name!r} (transport {impl.transport!r}) "
+            "does not speak"
         )
 
 

@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, final, runtime_checkable
 
+from ._transports import DEFAULT_TRANSPORT, check_transport
+
 __all__ = [
     "CAPABILITY_MEMBERS",
     "DEFAULT_IMPLEMENTATION",
-    "DEFAULT_TRANSPORT",
     "REQUIRED_MEMBERS",
-    "TRANSPORTS",
     "AdapterError",
     "Broadcaster",
     "Capability",
@@ -37,12 +37,6 @@ __all__ = [
 
 DEFAULT_IMPLEMENTATION: Final = "tpbcast.reference_impl.conformance_adapter:make"
 """The reference implementation's factory, named by string on purpose."""
-
-TRANSPORTS: Final = ("uds-v1", "shm")
-"""Transports an adapter may declare in its ``transport`` attribute (the conformance SPEC's
-transport scopes; ``tests/conformance_machinery`` checks the two lists agree)."""
-DEFAULT_TRANSPORT: Final = "uds-v1"
-"""An adapter that declares no transport speaks RTP-LLM's Unix-socket wire v1."""
 
 
 class Capability(enum.StrEnum):
@@ -161,20 +155,11 @@ def parse_transport(value: object, *, source: str = "") -> str:
     """Validate a declared transport (``None``, the attribute absent, is ``uds-v1``: the wire
     every adapter spoke before transports were declared).
 
-    :raises UnknownCapabilityError: a name that is not one of :data:`TRANSPORTS`; a typo
-        must not turn every clause of the implementation's real transport NOT_APPLICABLE.
+    :raises UnknownTransportError: a name that is not a row of the transport-profile table;
+        a typo must not turn every clause of the implementation's real transport
+        NOT_APPLICABLE.
     """
-    if value is None:
-        return DEFAULT_TRANSPORT
-    name = str(value)
-    if name not in TRANSPORTS:
-        where = f" in {source}" if source else ""
-        close = difflib.get_close_matches(name, TRANSPORTS, n=1)
-        hint = f" - did you mean {close[0]!r}?" if close else ""
-        raise UnknownCapabilityError(
-            f"unknown transport {name!r}{where}{hint} (known: {', '.join(TRANSPORTS)})"
-        )
-    return name
+    return check_transport(value, where=source)
 
 
 def check_members(spec: str, obj: object, capabilities: frozenset[str]) -> None:

@@ -2,7 +2,8 @@
 
 ``load_implementation("module:callable")`` (or ``"exec:<command …>"`` for one that runs as
 its own executable) returns an :class:`Implementation`: a factory plus the name, version
-capabilities and transport it declared.  This tier holds the rest of the contract for people who
+capabilities and transport it declared (one of the transport profiles,
+:data:`TRANSPORT_PROFILES`).  This tier holds the rest of the contract for people who
 write an adapter or a loader: the members every broadcaster needs, the capability names,
 and the errors a load or an ``exec:`` driver can raise (DESIGN.md, "Adapter contract").
 """
@@ -12,9 +13,7 @@ from __future__ import annotations
 from ._adapter import load_implementation
 from ._contract import (
     DEFAULT_IMPLEMENTATION,
-    DEFAULT_TRANSPORT,
     REQUIRED_MEMBERS,
-    TRANSPORTS,
     AdapterError,
     Broadcaster,
     Capability,
@@ -26,12 +25,21 @@ from ._contract import (
     parse_transport,
 )
 from ._exec_errors import ExecBroadcastError, ExecDriverError, ExecNotAsked
+from ._transports import (
+    DEFAULT_TRANSPORT,
+    TRANSPORT_PROFILES,
+    TransportProfile,
+    UnknownTransportError,
+    transport_names,
+    transport_profile,
+    transport_profiles,
+)
 
 __all__ = [
     "DEFAULT_IMPLEMENTATION",
     "DEFAULT_TRANSPORT",
     "REQUIRED_MEMBERS",
-    "TRANSPORTS",
+    "TRANSPORT_PROFILES",
     "AdapterError",
     "Broadcaster",
     "Capability",
@@ -41,8 +49,13 @@ __all__ = [
     "ExecNotAsked",
     "Implementation",
     "ImplementationLoadError",
+    "TransportProfile",
     "UnknownCapabilityError",
+    "UnknownTransportError",
     "load_implementation",
     "parse_capabilities",
     "parse_transport",
+    "transport_names",
+    "transport_profile",
+    "transport_profiles",
 ]

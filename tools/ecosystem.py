@@ -40,6 +40,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
+from tpbcast.harness import adapter
+
 HERE: Final = Path(__file__).resolve().parent
 
 
@@ -264,7 +266,9 @@ def _ratio(result: Result) -> str:
 
 def _transport(result: Result) -> str:
     doc = result.doc
-    return "-" if doc is None else str(doc["implementation"].get("transport") or "uds-v1")
+    if doc is None:
+        return "-"
+    return str(doc["implementation"].get("transport") or adapter.DEFAULT_TRANSPORT)
 
 
 def _version(result: Result) -> str:

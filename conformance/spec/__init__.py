@@ -26,15 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from tpbcast.harness.adapter import DEFAULT_TRANSPORT, transport_names, transport_profiles
+
 __all__ = [
     "AREAS",
     "CAPABILITIES",
     "DEFAULT_TRANSPORT",
+    "EVERY_TRANSPORT_SCOPES",
     "LEVELS",
-    "SCOPES",
     "SPEC_MD_PATH",
     "SPEC_TOML_PATH",
-    "TRANSPORTS",
     "UPSTREAM_STATES",
     "Area",
     "Clause",
@@ -45,6 +46,9 @@ __all__ = [
     "default_spec",
     "load_spec",
     "main",
+    "scopes",
+    "transport_names",
+    "transport_profiles",
 ]
 
 SPEC_TOML_PATH: Final = Path(__file__).parent.parent / "clauses.toml"
@@ -66,15 +70,21 @@ AREAS: Final = (
 )
 #: RFC 2119 levels, strongest first.
 LEVELS: Final = ("MUST", "SHOULD", "MAY")
-#: Transports an implementation can declare (adapter attribute ``transport``; absent means
-#: the wire every existing adapter speaks, ``uds-v1``).
-TRANSPORTS: Final = ("uds-v1", "shm")
-DEFAULT_TRANSPORT: Final = "uds-v1"
-#: The profile a clause belongs to: ``core`` (any CPU TP broadcaster), a transport of
-#: :data:`TRANSPORTS` (only implementations of that transport), or ``dispatch`` (the
-#: fallback layer, any transport; gated by capability ``dispatch``).  A clause of another
-#: transport's scope is NOT_APPLICABLE, never FAIL (SPEC.md, "Transport profiles").
-SCOPES: Final = ("core", *TRANSPORTS, "dispatch")
+#: Scopes that are not transports: ``core`` (any CPU TP broadcaster) and ``dispatch`` (the
+#: fallback layer, any transport; gated by capability ``dispatch``).  Every other scope is a
+#: transport profile of ``tpbcast.harness.adapter.TRANSPORT_PROFILES`` (SPEC.md, "Transport
+#: profiles"): its clauses apply only to implementations of that transport and are
+#: NOT_APPLICABLE, never FAIL, for the others.  A clause shared by several transports lists
+#: them all (``scope = ["uds-v1", "uds-framed"]``).
+EVERY_TRANSPORT_SCOPES: Final = ("core", "dispatch")
+
+
+def scopes() -> tuple[str, ...]:
+    """Every scope a clause may have, in presentation order: ``core``, each transport of the
+    profile table, ``dispatch``.  Read from the table at each call (a test may add a row)."""
+    return ("core", *transport_names(), "dispatch")
+
+
 UPSTREAM_STATES: Final = ("conforms", "deviates", "absent")
 
 #: Adapter capabilities and the members they promise (DESIGN.md, "Adapter contract").
@@ -156,6 +166,11 @@ class Clause:
     rationale: str
     capabilities: tuple[str, ...] = ()
     scope: str = "core"
+    """``core``, ``dispatch``, or the transport profile(s) the clause belongs to, as written in
+    the registry (several transports joined by ``", "``); :attr:`transports` lists them."""
+    transports: tuple[str, ...] = ()
+    """The transport profiles whose implementations are judged on this clause; empty for a
+    ``core`` or ``dispatch`` clause, which applies to every transport."""
     upstream: str | None = None
     upstream_note: str = ""
 
@@ -167,7 +182,12 @@ class Clause:
     def applies_to(self, transport: str) -> bool:
         """True if an implementation of ``transport`` is judged on this clause: core and
         dispatch clauses apply to every transport, a transport clause only to its own."""
-        return self.scope in ("core", "dispatch") or self.scope == transport
+        return not self.transports or transport in self.transports
+
+    @property
+    def every_transport(self) -> bool:
+        """A ``core`` or ``dispatch`` clause: judged whatever the implementation's transport."""
+        return not self.transports
 
     @property
     def needs_test(self) -> bool:
@@ -406,6 +426,7 @@ def _build_clause(raw: Mapping[str, Any], where: str, problems: list[str]) -> Cl
     if not match:
         problems.append(f"{where}: id {cid!r} is not of the form AREA-N (N >= 1, no leading 0)")
         return None
+    scope = _scope(raw.get("scope", "core"), cid, problems)
     clause = Clause(
         id=cid,
         area=_text(raw, "area", cid, problems),
@@ -415,12 +436,30 @@ def _build_clause(raw: Mapping[str, Any], where: str, problems: list[str]) -> Cl
         requirement=_text(raw, "requirement", cid, problems),
         rationale=_text(raw, "rationale", cid, problems),
         capabilities=_string_list(raw.get("capabilities", []), f"{cid}: 'capabilities'", problems),
-        scope=str(raw.get("scope", "core")),
+        scope=", ".join(scope),
+        transports=tuple(s for s in scope if s not in EVERY_TRANSPORT_SCOPES),
         upstream=None if raw.get("upstream") is None else str(raw["upstream"]),
         upstream_note=" ".join(str(raw.get("upstream_note", "")).split()),
     )
     problems.extend(_clause_problems(clause, match["area"]))
     return clause
+
+
+def _scope(value: object, cid: str, problems: list[str]) -> tuple[str, ...]:
+    """A clause's scope: one name, or a non-empty list of transport profiles."""
+    if isinstance(value, str):
+        names: tuple[str, ...] = (value,)
+    else:
+        names = _string_list(value, f"{cid}: 'scope'", problems)
+        if not names:
+            problems.append(f"{cid}: 'scope' must be a scope name or a non-empty list of them")
+            return ("core",)
+    if len(names) > 1 and set(names) & set(EVERY_TRANSPORT_SCOPES):
+        problems.append(
+            f"{cid}: scope {list(names)} mixes core/dispatch with transports; a core or "
+            "dispatch clause already applies to every transport"
+        )
+    return names
 
 
 def _string_list(value: object, where: str, problems: list[str]) -> tuple[str, ...]:
@@ -445,7 +484,12 @@ def _clause_problems(c: Clause, id_area: str) -> Iterator[str]:
     for cap in c.capabilities:
         if cap not in CAPABILITIES:
             yield f"{c.id}: unknown capability {cap!r}; known: {', '.join(sorted(CAPABILITIES))}"
-    if c.scope not in SCOPES:
-        yield f"{c.id}: scope {c.scope!r} is not one of {', '.join(SCOPES)}"
+    known = scopes()
+    for name in c.transports or (c.scope,):
+        if name not in known:
+            yield (
+                f"{c.id}: scope {name!r} is not one of {', '.join(known)} (a transport scope "
+                "is a row of tpbcast.harness.adapter.TRANSPORT_PROFILES)"
+            )
     if c.upstream is not None and c.upstream not in UPSTREAM_STATES:
         yield f"{c.id}: upstream {c.upstream!r} not one of {', '.join(UPSTREAM_STATES)}"

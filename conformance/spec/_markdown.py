@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from . import CAPABILITIES, LEVELS, Area, Spec
+from . import CAPABILITIES, DEFAULT_TRANSPORT, LEVELS, Area, Spec, transport_profiles
 
 __all__ = ["render_markdown"]
 
@@ -42,22 +42,22 @@ LLM engines ship CPU TP broadcasters over different transports: RTP-LLM fans byt
 Unix socket (wire v1), vLLM's `MessageQueue` writes a shared-memory ring. Every clause has a
 *scope*, the profile it belongs to:
 
-| scope | judged for | what it covers |
-|---|---|---|
-| `core` | every implementation | data, arguments, reset, deadlines, faults, hygiene |
-| `uds-v1` | transport `uds-v1` | RTP-LLM's Unix-socket wire v1 and its sockets |
-| `shm` | transport `shm` | segments, rendezvous files, ring back-pressure |
-| `dispatch` | capability `dispatch` | the fallback dispatch layer |
-
+{scope_table}
 Core clauses are worded transport-neutrally and staged with process faults observed from
 outside (/proc, fd tables, snapshots of the directories an implementation may write).
 
-An adapter declares its transport in a `transport` attribute (`"uds-v1"` or `"shm"`; absent
-means `"uds-v1"`). A clause of another transport's scope is **NOT_APPLICABLE** for it: never
-FAIL, never PASS, never part of a conformance claim, whatever happened in a test that also
-cites it. A test that stages its fault through another transport (a uds-v1 rogue peer or
-root, a socket trick: marker `staged_via`) is not run; a core clause that only such tests
-cite is UNSUPPORTED ("not staged on this transport"), never PASS.
+An adapter declares its transport in a `transport` attribute (one of the profiles above; absent
+means `"{default}"`); an unknown name stops the run before any test, naming the profiles. A
+profile is a row of one table (`tpbcast.harness.adapter.TRANSPORT_PROFILES`): adding one is a
+row there, its clauses here (`scope = "<name>"`, or a list of profiles for a clause several
+transports share) and its tests; a profile may own no clauses, and its implementations are
+then judged on the `core` and `dispatch` clauses alone.
+
+A clause of another transport's scope is **NOT_APPLICABLE** for an implementation: never FAIL,
+never PASS, never part of a conformance claim, whatever happened in a test that also cites it.
+A test that stages its fault through other transports (a uds-v1 rogue peer or root, a socket
+trick: marker `staged_via(*transports)`) is not run; a core clause that only such tests cite
+is UNSUPPORTED ("not staged on this transport"), never PASS.
 
 ## Verdicts
 
@@ -120,7 +120,7 @@ broadcaster object (see DESIGN.md for the full contract):
 | `name`, `version` | no | shown in reports (default: module name, package version) |
 | `resource_pids()` | no | other pids holding the implementation's fds (an `exec:` driver) |
 | `private_fds()` | no | `(pid, fd)` pairs of adapter plumbing, never judged |
-| `transport` | no | `"uds-v1"` (default) or `"shm"`: which transport clauses apply |
+| `transport` | no | a transport profile above (default `"{default}"`): its clauses apply |
 | `buffered_broadcasts` | no | broadcasts rank 0 can complete for a peer that reads nothing |
 
 The fd clauses (WIRE-1, INIT-3, RESET-2, HYG-3, TIME-1, SEC-11, ...) look at this process and
@@ -217,10 +217,24 @@ def _md(text: str) -> str:
     return "`".join(parts)
 
 
+def _scope_table() -> str:
+    """The scope table, one row per transport profile between ``core`` and ``dispatch``."""
+    rows = [
+        "| scope | judged for | what it covers |",
+        "|---|---|---|",
+        "| `core` | every implementation | data, arguments, reset, deadlines, faults, hygiene |",
+    ]
+    rows += [
+        f"| `{p.name}` | transport `{p.name}` | {_md(p.summary)} |" for p in transport_profiles()
+    ]
+    rows.append("| `dispatch` | capability `dispatch` | the fallback dispatch layer |")
+    return "\n".join(rows) + "\n"
+
+
 def render_markdown(spec: Spec) -> str:
     """Render the whole SPEC.md text (deterministic: same registry, same bytes)."""
     out: list[str] = [_GENERATED_NOTE, "", f"# {spec.name}", "", f"Version {spec.version}.", ""]
-    out.append(_INTRO)
+    out.append(_INTRO.format(scope_table=_scope_table(), default=DEFAULT_TRANSPORT))
     out.append("| capability | member(s) it promises |")
     out.append("|---|---|")
     out.extend(f"| `{cap}` | {_md(text)} |" for cap, text in CAPABILITIES.items())

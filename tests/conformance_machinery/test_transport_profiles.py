@@ -1,11 +1,13 @@
 """Self-tests of transport profiles: NOT_APPLICABLE, ``staged_via`` and per-clause staging.
 
-Issue 22's rules, each run end to end through the plugin (a tiny registry, a tiny
-implementation declaring ``transport = "shm"``, pytest in a subprocess) and judged on the
-JSON report: a clause of another transport's scope is NOT_APPLICABLE whatever its test did
-(never FAIL, never PASS, never in the exit status); a test staged through another
-transport is not run and never makes its core clause PASS; the fuzz helper's staging is
-judged per clause.  Each rule was seen failing its mutant (issue 22's note lists them).
+Each rule is run end to end through the plugin (a tiny registry, a tiny implementation
+declaring ``transport = "shm"``, pytest in a subprocess) and judged on the JSON report: a
+clause of another transport's scope is NOT_APPLICABLE whatever its test did (never FAIL,
+never PASS, never in the exit status); a test staged through another transport is not run
+and never makes its core clause PASS; the fuzz helper's staging is judged per clause; a
+transport profile is added by one row of the harness's table, and everything else (the
+registry's validation, ``--list``, SPEC.md, ``staged_via``, the reports) follows it; an
+implementation that cannot be loaded stops the run before any test.
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ from tpbcast.conformance import _checks
 from tpbcast.conformance._results import Verdict
 from tpbcast.conformance.spec import AREAS
 from tpbcast.conformance.tests import _fuzz
-from tpbcast.harness.adapter import UnknownCapabilityError, parse_transport
+from tpbcast.harness.adapter import UnknownTransportError, parse_transport
 
 _CLAUSE = """
 [[clause]]
 id = "{id}"
 area = "{area}"
 level = "{level}"
-scope = "{scope}"
+scope = {scope}
 title = "{id} title"
 requirement = "The implementation does {id}."
 rationale = "Self-test registry."
@@ -68,14 +70,19 @@ def make():
 '''
 
 
-def _registry() -> str:
+def _registry(extra: tuple[tuple[str, str, object], ...] = ()) -> str:
     parts = ['[spec]\nname = "self-test spec"\nversion = "0.1"\nretired = []\n']
     for area in AREAS:
         parts.append(f'[[area]]\nid = "{area}"\ntitle = "{area}"\nsummary = "Area {area}."\n')
     have = {cid.split("-")[0] for cid, _, _ in _REQUIRED}
-    clauses = [*_REQUIRED, *((f"{a}-9", "MAY", "core") for a in AREAS if a not in have)]
+    clauses = [
+        *_REQUIRED,
+        *extra,
+        *((f"{a}-9", "MAY", "core") for a in AREAS if a not in have),
+    ]
     for cid, level, scope in clauses:
-        parts.append(_CLAUSE.format(id=cid, area=cid.split("-")[0], level=level, scope=scope))
+        toml_scope = json.dumps(scope)  # a string or a list of strings, both valid TOML
+        parts.append(_CLAUSE.format(id=cid, area=cid.split("-")[0], level=level, scope=toml_scope))
     return "\n".join(parts)
 
 
@@ -86,12 +93,15 @@ def run_suite(pytester):
     registry.write_text(_registry())
     out = pytester.path / "out"
 
-    def run(source, *, transport="shm"):
+    def run(source, *, transport="shm", extra_clauses=(), plugins=()):
+        if extra_clauses:
+            registry.write_text(_registry(extra_clauses))
         pytester.makepyfile(
             impl_under_test=_IMPL.format(transport=transport),
             test_profiles=textwrap.dedent(source),
         )
         result = pytester.runpytest_subprocess(
+            *(arg for plugin in plugins for arg in ("-p", plugin)),
             "-p",
             "tpbcast.conformance.plugin",
             f"--tpbcast-registry={registry}",
@@ -206,8 +216,9 @@ def test_list_shows_each_clauses_scope() -> None:
 def test_an_unknown_transport_is_refused_with_a_hint() -> None:
     assert parse_transport(None) == "uds-v1"
     assert parse_transport("shm") == "shm"
-    with pytest.raises(UnknownCapabilityError, match=r"unknown transport 'shmm'.*'shm'"):
+    with pytest.raises(UnknownTransportError, match=r"unknown transport 'shmm'.*'shm'") as info:
         parse_transport("shmm", source="x:make transport")
+    assert "TRANSPORT_PROFILES" in str(info.value) and "uds-v1, shm" in str(info.value)
 
 
 # --------------------------------------------------------------------------- fuzz staging
@@ -254,3 +265,103 @@ def test_typo():
     assert result.ret == 4, result.stdout.str()
     result.stdout.fnmatch_lines(["*staged_via('uds_v1') names no transport*"])
     assert doc is None
+
+
+# --------------------------------------------------------------------------- one table
+
+_NEW_ROW = """
+'''A plugin that adds one transport profile: the single place a new transport is declared.'''
+
+from tpbcast.harness import _transports
+
+_transports.TRANSPORT_PROFILES = (
+    *_transports.TRANSPORT_PROFILES,
+    _transports.TransportProfile("tcp-selftest", "a transport added by a self-test"),
+)
+"""
+
+# One clause owned by the new profile, one shared by uds-v1 and the new profile.
+_NEW_CLAUSES = (
+    ("WIRE-5", "MUST", "tcp-selftest"),
+    ("WIRE-6", "SHOULD", ["uds-v1", "tcp-selftest"]),
+)
+
+NEW_PROFILE_TESTS = """
+import pytest
+
+@pytest.mark.clause("WIRE-5")
+@pytest.mark.staged_via("tcp-selftest")
+def test_staged_through_the_new_transport():
+    pass
+
+@pytest.mark.clause("WIRE-6")
+@pytest.mark.staged_via("uds-v1", "tcp-selftest")
+def test_staged_through_either_wire():
+    pass
+
+@pytest.mark.clause("WIRE-1", "WIRE-2", "INIT-1", "BCAST-1")
+def test_the_rest():
+    pass
+"""
+
+
+def test_a_profile_added_by_one_row_of_the_table_is_judged_end_to_end(run_suite, pytester):
+    pytester.makepyfile(add_profile=_NEW_ROW)
+    result, verdicts, doc = run_suite(
+        NEW_PROFILE_TESTS,
+        transport="tcp-selftest",
+        extra_clauses=_NEW_CLAUSES,
+        plugins=("add_profile",),
+    )
+    assert result.ret == 0, result.stdout.str()
+    assert doc["implementation"]["transport"] == "tcp-selftest"
+    assert verdicts["WIRE-5"] == "PASS"  # its own clause, staged through its own transport
+    assert verdicts["WIRE-6"] == "PASS"  # shared with uds-v1; staged_via names both
+    assert verdicts["WIRE-1"] == verdicts["WIRE-2"] == "NOT_APPLICABLE"  # uds-v1 only
+    assert verdicts["INIT-1"] == verdicts["BCAST-1"] == "PASS"
+    scopes = {c["id"]: c["scope"] for c in doc["clauses"]}
+    assert scopes["WIRE-5"] == "tcp-selftest"
+    assert scopes["WIRE-6"] == "uds-v1, tcp-selftest"
+    # The same registry judged for a uds-v1 implementation: the new profile's own clause is
+    # not its business, the shared one is.
+    _, on_v1, _ = run_suite(
+        NEW_PROFILE_TESTS, transport="uds-v1", extra_clauses=_NEW_CLAUSES, plugins=("add_profile",)
+    )
+    assert on_v1["WIRE-5"] == "NOT_APPLICABLE"
+    assert on_v1["WIRE-6"] == "PASS"
+
+
+def test_without_its_row_the_same_profile_is_refused(run_suite):
+    """The mutant of the test above: the row left out, the registry refuses the scope."""
+    result, _, doc = run_suite(NEW_PROFILE_TESTS, transport="uds-v1", extra_clauses=_NEW_CLAUSES)
+    assert result.ret != 0, result.stdout.str()
+    assert doc is None
+    out = result.stdout.str() + result.stderr.str()
+    assert "scope 'tcp-selftest' is not one of" in out
+
+
+def test_the_table_row_reaches_the_loader_the_spec_and_its_markdown(monkeypatch) -> None:
+    from tpbcast.conformance.spec import load_spec, scopes
+    from tpbcast.conformance.spec._markdown import render_markdown
+    from tpbcast.harness import _transports
+
+    row = _transports.TransportProfile("tcp-selftest", "a transport added by a self-test")
+    monkeypatch.setattr(_transports, "TRANSPORT_PROFILES", (*_transports.TRANSPORT_PROFILES, row))
+    assert parse_transport("tcp-selftest") == "tcp-selftest"
+    assert scopes()[-2:] == ("tcp-selftest", "dispatch")
+    with pytest.raises(UnknownTransportError, match="tcp-selftest"):
+        parse_transport("tcp_selftest")  # the error lists the table, the new row included
+    row_md = "| `tcp-selftest` | transport `tcp-selftest` | a transport added by a self-test |"
+    assert row_md in render_markdown(load_spec())
+
+
+def test_an_implementation_that_cannot_be_loaded_stops_the_run_with_one_error(run_suite):
+    result, _, doc = run_suite(MIXED, transport="udsv1")
+    assert result.ret == 4, result.stdout.str()  # pytest's usage-error exit status
+    err = result.stderr.str()
+    assert err.count("cannot load tpbcast implementation") == 1, err
+    assert "unknown transport 'udsv1'" in err
+    assert "did you mean 'uds-v1'" in err
+    assert "TRANSPORT_PROFILES" in err
+    assert doc is None  # no report of one ERROR per test saying the same thing
+    assert "passed" not in result.stdout.str()

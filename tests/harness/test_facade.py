@@ -51,10 +51,11 @@ TIERS = {  # each tier's __all__
     ),
     "tpbcast.harness.adapter": _names(
         """
-        DEFAULT_IMPLEMENTATION DEFAULT_TRANSPORT REQUIRED_MEMBERS TRANSPORTS AdapterError
-        Broadcaster Capability CapabilityMissing ExecBroadcastError ExecDriverError
-        ExecNotAsked Implementation ImplementationLoadError UnknownCapabilityError
-        load_implementation parse_capabilities parse_transport
+        DEFAULT_IMPLEMENTATION DEFAULT_TRANSPORT REQUIRED_MEMBERS TRANSPORT_PROFILES
+        AdapterError Broadcaster Capability CapabilityMissing ExecBroadcastError
+        ExecDriverError ExecNotAsked Implementation ImplementationLoadError TransportProfile
+        UnknownCapabilityError UnknownTransportError load_implementation parse_capabilities
+        parse_transport transport_names transport_profile transport_profiles
         """
     ),
     "tpbcast.harness.runtime": _names(
