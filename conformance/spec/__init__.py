@@ -67,6 +67,7 @@ AREAS: Final = (
     "HYG",
     "ADAPT",
     "SHM",
+    "TCP",
 )
 #: RFC 2119 levels, strongest first.
 LEVELS: Final = ("MUST", "SHOULD", "MAY")
@@ -106,6 +107,8 @@ CAPABILITIES: Final[Mapping[str, str]] = {
     "error_details": "errors carry `rank/peer/phase/...` attributes",
     "base_path": "`make_base_path(dp_rank=0, *, session_id=None, base_dir=None, environ=None, "
     "key=None) -> str`: the base-path helper (SEC-13 to SEC-17)",
+    "endpoint": "`set_endpoint(host: str, port: int)` before `initialize`: the IP address the "
+    "group listens on and rank 0's rendezvous port (transport `tcp`; the TCP clauses)",
 }
 
 _ID_RE: Final = re.compile(r"^(?P<area>[A-Z]+)-(?P<number>[1-9][0-9]*)$")
