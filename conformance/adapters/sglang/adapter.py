@@ -119,9 +119,9 @@ class SglangPyobjBroadcaster:
         """SGLang's: torch's 1800 s for the rendezvous, gloo_timeout 7200 s for the group."""
         return {"connect": TORCH_DEFAULT_TIMEOUT, "init": None, "io": SGLANG_GLOO_TIMEOUT}
 
-    def set_endpoint(self, host: str, port: int) -> None:
+    def set_endpoint(self, host: str, port: int, local_host: str | None = None) -> None:
         """``init_method=tcp://host:port`` and gloo's interface for ``host``."""
-        self._endpoint = Endpoint(host, port)
+        self._endpoint = Endpoint(host, port, local_host or "")
 
     def initialize(self, rank: int, world_size: int, base_path: str) -> None:
         import torch.distributed as dist

@@ -29,13 +29,18 @@ _SIOCGIFADDR: Final = 0x8915
 
 @dataclass(frozen=True)
 class Endpoint:
-    """The address the group listens on and the rendezvous port rank 0 serves."""
+    """Rank 0's address and rendezvous port, and the address this rank listens on
+    (``local_host``: its own host's, the same as ``host`` when every rank is on one)."""
 
     host: str
     port: int
+    local_host: str = ""
 
     def __post_init__(self) -> None:
-        ipaddress.ip_address(self.host)  # an address, never a name: no resolver involved
+        if not self.local_host:
+            object.__setattr__(self, "local_host", self.host)
+        for address in (self.host, self.local_host):
+            ipaddress.ip_address(address)  # an address, never a name: no resolver involved
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port!r}")
 

@@ -119,7 +119,7 @@ def make_store(rank: int, world_size: int, base_path: str, endpoint: Endpoint | 
 def bind_interface(endpoint: Endpoint | None) -> None:
     """Name gloo's interface for the endpoint's address (``_endpoint``)."""
     if endpoint is not None:
-        os.environ["GLOO_SOCKET_IFNAME"] = interface_for(endpoint.host)
+        os.environ["GLOO_SOCKET_IFNAME"] = interface_for(endpoint.local_host)
 
 
 class TorchGlooBroadcaster:
@@ -152,9 +152,9 @@ class TorchGlooBroadcaster:
         """torch's own: the store's 300 s, no init deadline of its own, the group's 1800 s."""
         return {"connect": TORCH_STORE_TIMEOUT, "init": None, "io": TORCH_GROUP_TIMEOUT}
 
-    def set_endpoint(self, host: str, port: int) -> None:
+    def set_endpoint(self, host: str, port: int, local_host: str | None = None) -> None:
         """Listen on ``host`` (gloo's interface) and rendezvous on ``host:port``."""
-        self._endpoint = Endpoint(host, port)
+        self._endpoint = Endpoint(host, port, local_host or "")
 
     def initialize(self, rank: int, world_size: int, base_path: str) -> None:
         dist = _dist()
