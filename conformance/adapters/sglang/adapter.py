@@ -10,10 +10,11 @@ force_cpu_device=True)``: the pickled list as an int64 size, then the bytes, eac
 adapter builds the groups the same way and calls SGLang's real function; it only
 marshals (no argument checks, no re-init rules: SGLang and torch decide):
 
-- ``initialize``: ``init_process_group("gloo", init_method=..., rank, world_size,
-  timeout=<connect>)`` (``tcp://host:port`` after ``set_endpoint``, else
-  ``file://<base_path>_store``; gloo's interface from the endpoint:
-  ``tpbcast.conformance.adapters.torch_gloo._endpoint``), then the ``cpu_group``;
+- ``initialize``: ``init_process_group("gloo", rank, world_size, timeout=<connect>)`` on
+  the ``TCPStore`` SGLang's ``init_method=tcp://host:port`` makes (``torch_gloo.adapter.
+  make_store``: on the endpoint after ``set_endpoint``, else on 127.0.0.1 at a port rank 0
+  publishes next to the base path; gloo's interface from the endpoint), then the
+  ``cpu_group``;
 - ``broadcast`` on rank ``root``: ``broadcast_pyobj([payload, ...], root, cpu_group,
   src=root)`` where a payload is the buffer's bytes (or the tensor itself); on the other
   ranks the same call returns the list, copied into the caller's buffers in place (a
@@ -35,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ..torch_gloo._endpoint import Endpoint
-from ..torch_gloo.adapter import bind_interface, seconds, timedelta
+from ..torch_gloo.adapter import bind_interface, make_store, seconds, timedelta
 from ._shim import SglangMissingError, import_sglang_module, sglang_version
 
 __all__ = [
@@ -127,18 +128,18 @@ class SglangPyobjBroadcaster:
         import torch.distributed as dist
 
         bind_interface(self._endpoint)
-        init_method = (
-            self._endpoint.init_method
-            if self._endpoint is not None
-            else f"file://{base_path}_store"
-        )
-        dist.init_process_group(
-            backend="gloo",
-            init_method=init_method,
-            world_size=world_size,
-            rank=rank,
-            timeout=timedelta(self._deadlines["connect"]),
-        )
+        connect = self._deadlines["connect"]
+        store, formed = make_store(rank, world_size, base_path, self._endpoint, connect)
+        try:
+            dist.init_process_group(
+                backend="gloo",
+                store=store,
+                world_size=world_size,
+                rank=rank,
+                timeout=timedelta(connect),
+            )
+        finally:
+            formed()
         self._group = dist.new_group(
             list(range(world_size)), backend="gloo", timeout=timedelta(self._deadlines["io"])
         )

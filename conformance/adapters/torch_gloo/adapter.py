@@ -5,9 +5,9 @@ process group (TensorRT-LLM's torch communicator, our fallback engine, torch's o
 ``broadcast_object_list``).  This adapter only marshals:
 
 - ``initialize(rank, world_size, base_path)``: ``dist.init_process_group("gloo", ...)``
-  with the rendezvous of ``_endpoint`` (``tcp://host:port`` after ``set_endpoint``, else a
-  ``FileStore`` at ``<base_path>_store``) and the group timeout; the arguments go to torch
-  as they come (torch decides what it accepts);
+  on a ``TCPStore`` (``make_store``: on the endpoint after ``set_endpoint``, else on
+  127.0.0.1 at a port rank 0 publishes next to the base path) with the group timeout; the
+  arguments go to torch as they come (torch decides what it accepts);
 - ``broadcast(buffer, root=0)``: ``dist.broadcast(tensor, src=root)`` on a uint8 tensor
   that *is* the caller's buffer (``torch.frombuffer``: in place on the peers, no copy), or
   on the caller's torch tensor itself; a zero-byte buffer is an empty tensor;
@@ -24,14 +24,16 @@ store.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib.metadata
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from ..vllm._handle import read_handle, wait_for_handle, write_handle
 from ._endpoint import Endpoint, interface_for
 
 __all__ = [
@@ -48,7 +50,9 @@ TRANSPORT: Final = "tcp"
 CAPABILITIES: Final = frozenset({"deadlines", "tensors", "endpoint"})
 TORCH_GROUP_TIMEOUT: Final = 1800.0  # torch.distributed's default_pg_timeout for gloo
 TORCH_STORE_TIMEOUT: Final = 300.0  # torch's TCPStore / FileStore default
-STORE_SUFFIX: Final = "_store"
+PORT_SUFFIX: Final = "_tcpstore.json"
+LOOPBACK: Final = "127.0.0.1"
+_USED_NONCES: set[str] = set()  # store files this process already joined
 
 
 class TorchMissingError(ImportError):
@@ -98,22 +102,54 @@ def as_tensor(buffer: Any) -> Any:
     return torch.frombuffer(view.cast("B") if view.c_contiguous else view, dtype=torch.uint8)
 
 
-def make_store(rank: int, world_size: int, base_path: str, endpoint: Endpoint | None,
-               connect: float | None) -> Any:
-    """The rendezvous store (``_endpoint``): TCPStore on the endpoint, else a FileStore."""
+def make_store(
+    rank: int, world_size: int, base_path: str, endpoint: Endpoint | None, connect: float | None
+) -> tuple[Any, Callable[[], None]]:
+    """The rendezvous store (``_endpoint``) and what to call once the group has formed.
+
+    With an endpoint: a ``TCPStore`` on it.  Without one, a ``TCPStore`` on 127.0.0.1 on a
+    port the kernel picks, which rank 0 publishes in a file next to the base path (the
+    vLLM adapter's handle file: JSON, 0600, the writer's pid and a nonce, so a peer never
+    joins an earlier group's store) and removes once the group has formed.  Not a
+    ``FileStore``: torch's FileStore keeps its keys in the file across groups, so a second
+    group on the same base path would read the first one's.
+    """
     dist = _dist()
-    if endpoint is None:
-        store = dist.FileStore(base_path + STORE_SUFFIX, world_size)
-        store.set_timeout(timedelta(connect))
-        return store
-    return dist.TCPStore(
-        endpoint.host,
-        endpoint.port,
-        world_size,
-        rank == 0,
-        timeout=timedelta(connect),
-        wait_for_workers=False,
+    if endpoint is not None:
+        store = dist.TCPStore(
+            endpoint.host, endpoint.port, world_size, rank == 0,
+            timeout=timedelta(connect), wait_for_workers=False,
+        )
+        return store, lambda: None
+    path = base_path + PORT_SUFFIX
+    if rank == 0:
+        store = dist.TCPStore(
+            LOOPBACK, 0, world_size, True, timeout=timedelta(connect), wait_for_workers=False
+        )
+        entry = write_handle(path, world_size, {"host": LOOPBACK, "port": store.port})
+
+        def remove() -> None:
+            try:
+                current = read_handle(path)
+            except RuntimeError:
+                return
+            if current is not None and current.nonce == entry.nonce:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+
+        return store, remove
+    entry = wait_for_handle(
+        path,
+        rank=rank,
+        world_size=world_size,
+        deadline=math.inf if connect is None else connect,
+        used=_USED_NONCES,
     )
+    store = dist.TCPStore(
+        str(entry.handle["host"]), int(entry.handle["port"]), world_size, False,
+        timeout=timedelta(connect),
+    )
+    return store, lambda: None
 
 
 def bind_interface(endpoint: Endpoint | None) -> None:
@@ -159,14 +195,19 @@ class TorchGlooBroadcaster:
     def initialize(self, rank: int, world_size: int, base_path: str) -> None:
         dist = _dist()
         bind_interface(self._endpoint)
-        store = make_store(rank, world_size, base_path, self._endpoint, self._deadlines["connect"])
-        dist.init_process_group(
-            "gloo",
-            store=store,
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(self._deadlines["io"]),
+        store, formed = make_store(
+            rank, world_size, base_path, self._endpoint, self._deadlines["connect"]
         )
+        try:
+            dist.init_process_group(
+                "gloo",
+                store=store,
+                rank=rank,
+                world_size=world_size,
+                timeout=timedelta(self._deadlines["io"]),
+            )
+        finally:
+            formed()  # formed or failed: the published port has done its job
         self._store = store
 
     def broadcast(self, buffer: Any, root: int = 0) -> None:
