@@ -31,7 +31,7 @@ from . import runtime as runtime
 from . import wire as wire
 from ._adapter import load_implementation
 from ._context import RankContext, SyncError, SyncTimeoutError
-from ._contract import CapabilityMissing, Implementation
+from ._contract import CapabilityMissing, EngineNotAsked, Implementation
 from ._faults import Delay, Exit, FaultAction, FaultPlan, Kill, Pause, Raise, Segfault, SignalStorm
 from ._forksafety import ForkSafetyError
 from ._outcome import FaultRecord, GroupResult, RankGroupFailure, RankOutcome, Status
@@ -40,6 +40,7 @@ from ._runner import run_ranks
 __all__ = [
     "CapabilityMissing",
     "Delay",
+    "EngineNotAsked",
     "Exit",
     "FaultAction",
     "FaultPlan",

@@ -27,6 +27,7 @@ __all__ = [
     "Broadcaster",
     "Capability",
     "CapabilityMissing",
+    "EngineNotAsked",
     "Implementation",
     "ImplementationLoadError",
     "UnknownCapabilityError",
@@ -115,6 +116,37 @@ class CapabilityMissing(AdapterError):  # noqa: N818 - a verdict (UNSUPPORTED), 
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.capability, self.implementation))
+
+
+class EngineNotAsked(CapabilityMissing):
+    """The adapter answered a call itself: the engine under it was never asked.
+
+    An adapter stands between the suite and an engine (vLLM's queue, a C library behind
+    ``exec:``); anything it decides on its own — an argument check, a re-init rule, a
+    pre-check the engine's API cannot express, state it keeps for the engine — says nothing
+    about the engine.  Raising this instead of the refusal a clause expects makes the check
+    UNSUPPORTED ("the engine was never asked"), never PASS and never FAIL: the suite's
+    ``attempt`` does not catch it as the implementation's answer.
+
+    ``check`` names what the adapter decided (``rank_range``, ``reinit``, ``read_only_buffer``,
+    ...), ``detail`` what it saw, ``engine`` what it stands in front of.
+    """
+
+    def __init__(self, check: str, detail: str, engine: str) -> None:
+        # CapabilityMissing's own message speaks of an undeclared capability: not this.
+        AdapterError.__init__(
+            self,
+            f"UNSUPPORTED ({check}): {detail}. The adapter decided this itself; {engine} "
+            "was never asked, so nothing about it was judged",
+        )
+        self.capability = f"adapter:{check}"
+        self.implementation = engine
+        self.check = check
+        self.detail = detail
+        self.engine = engine
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.check, self.detail, self.engine))
 
 
 _KNOWN: Final = frozenset(c.value for c in Capability)

@@ -13,15 +13,16 @@ start, died mid-call, broke the protocol), so the message names the rank and the
 :class:`ExecNotAsked` is not an error of the implementation at all: the adapter refused a
 call itself, before any request reached the driver (an argument the protocol cannot carry,
 or a check only Python can make, such as a read-only buffer).  It is a
-``CapabilityMissing``, so the suite reports the clause UNSUPPORTED instead of judging the
-adapter's own refusal as the implementation's.
+:class:`EngineNotAsked` (the contract's general form: any adapter's own decision), so the
+suite reports the clause UNSUPPORTED instead of judging the adapter's refusal as the
+implementation's.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from ._contract import AdapterError, CapabilityMissing
+from ._contract import AdapterError, EngineNotAsked
 from ._exec_protocol import ErrorRecord
 
 __all__ = [
@@ -133,17 +134,16 @@ def _rebuild_driver_error(
     return ExecDriverError(message, rank=rank, command=command)
 
 
-class ExecNotAsked(CapabilityMissing):
+class ExecNotAsked(EngineNotAsked):
     """The ``exec:`` adapter refused a call before any request reached the driver.
 
     ``check`` names what the adapter checked (``read_only_buffer``, ``nul_in_path``,
-    ``int_range``, ...), ``detail`` what it saw.  A ``CapabilityMissing`` (the capability is
-    ``exec:<check>``): the suite reports UNSUPPORTED, never PASS, because the driver was
+    ``int_range``, ...), ``detail`` what it saw.  An :class:`EngineNotAsked` (the capability
+    is ``exec:<check>``): the suite reports UNSUPPORTED, never PASS, because the driver was
     never asked (conformance/adapters/exec/README.md, "Checked before the driver").
     """
 
     def __init__(self, check: str, detail: str, command: tuple[str, ...]) -> None:
-        # CapabilityMissing's own message speaks of an undeclared capability: not this.
         AdapterError.__init__(
             self,
             f"UNSUPPORTED ({check}): {detail}. This is checked by the exec adapter "
@@ -152,6 +152,7 @@ class ExecNotAsked(CapabilityMissing):
         )
         self.capability = f"exec:{check}"
         self.implementation = " ".join(command)
+        self.engine = self.implementation
         self.check = check
         self.detail = detail
         self.command = command

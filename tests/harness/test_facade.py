@@ -23,9 +23,10 @@ def _names(text: str) -> set[str]:
 TIERS = {  # each tier's __all__
     "tpbcast.harness": _names(
         """
-        CapabilityMissing Delay Exit FaultAction FaultPlan FaultRecord ForkSafetyError
-        GroupResult Implementation Kill Pause Raise RankContext RankGroupFailure RankOutcome
-        Segfault SignalStorm Status SyncError SyncTimeoutError load_implementation run_ranks
+        CapabilityMissing Delay EngineNotAsked Exit FaultAction FaultPlan FaultRecord
+        ForkSafetyError GroupResult Implementation Kill Pause Raise RankContext RankGroupFailure
+        RankOutcome Segfault SignalStorm Status SyncError SyncTimeoutError load_implementation
+        run_ranks
         """
     ),
     "tpbcast.harness.wire": _names(
@@ -52,7 +53,7 @@ TIERS = {  # each tier's __all__
     "tpbcast.harness.adapter": _names(
         """
         DEFAULT_IMPLEMENTATION DEFAULT_TRANSPORT REQUIRED_MEMBERS TRANSPORT_PROFILES
-        AdapterError Broadcaster Capability CapabilityMissing ExecBroadcastError
+        AdapterError Broadcaster Capability CapabilityMissing EngineNotAsked ExecBroadcastError
         ExecDriverError ExecNotAsked Implementation ImplementationLoadError TransportProfile
         UnknownCapabilityError UnknownTransportError load_implementation parse_capabilities
         parse_transport transport_names transport_profile transport_profiles

@@ -4,13 +4,14 @@ installed (``nox -s ecosystem``; CI does not install it), a real two-rank broadc
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import sys
 
 import pytest
 
 from tpbcast.conformance.adapters.vllm import adapter
-from tpbcast.harness import load_implementation, run_ranks
+from tpbcast.harness import CapabilityMissing, EngineNotAsked, load_implementation, run_ranks
 
 SPEC = "tpbcast.conformance.adapters.vllm.adapter:make"
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -26,8 +27,33 @@ def test_declares_shm_and_honest_deadlines():
     broadcaster = adapter.VllmBroadcaster()
     assert broadcaster.transport == "shm"
     assert broadcaster.default_deadlines() == {"connect": 120.0, "init": None, "io": None}
-    with pytest.raises(RuntimeError, match="before initialize"):
+    with pytest.raises(EngineNotAsked, match="before initialize"):
         broadcaster.broadcast(bytearray(1))
+
+
+def test_what_the_adapter_decides_itself_is_never_vllms_answer(tmp_path):
+    """Every refusal the adapter makes without calling vLLM is an EngineNotAsked (the
+    suite's UNSUPPORTED, never PASS); rank and world size are not checked here at all, so
+    a bad one reaches vLLM and vLLM's own answer is judged."""
+    broadcaster = adapter.VllmBroadcaster()
+    refusals = {
+        "base_path": lambda: broadcaster.initialize(0, 2, ""),
+        "int_args": lambda: broadcaster.initialize(0, 2.0, str(tmp_path / "g")),
+        "deadline_range": lambda: broadcaster.set_deadlines(io=-1),
+        "root": lambda: (
+            setattr(broadcaster, "_config", (0, 1, "x")),
+            broadcaster.broadcast(bytearray(1), root=1),
+        ),
+        "reinit": lambda: broadcaster.initialize(0, 1, "x"),
+    }
+    for check, call in refusals.items():
+        with pytest.raises(EngineNotAsked) as info:
+            call()
+        assert info.value.check == check
+        assert "vLLM's MessageQueue was never asked" in str(info.value)
+    assert issubclass(EngineNotAsked, CapabilityMissing)  # the suite's UNSUPPORTED
+    source = inspect.getsource(adapter.VllmBroadcaster.initialize)
+    assert "0 <= rank < world_size" not in source and "world_size < 1" not in source
 
 
 @pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed (nox -s ecosystem installs it)")

@@ -22,6 +22,17 @@ difference: the queue handle travels through a file next to the base path instea
   ``__del__`` unlinks the segment on the writer); rank 0 removes the handle file if a
   failed initialize left it.
 
+What the adapter decides itself, vLLM never sees, and the adapter says so by raising
+``EngineNotAsked`` (the adapter contract's "the engine was never asked": the check is
+UNSUPPORTED, never PASS): a base path it cannot turn into its handle file, a second
+``initialize`` (vLLM has no re-initialize: a ``GroupCoordinator`` builds its queue once), a
+broadcast before ``initialize`` or from another root (there is no queue, or vLLM's writer
+is rank 0 by construction), a read-only or non-contiguous peer buffer, a received object of
+another size than the peer's buffer (vLLM delivers objects, it has no receive buffer), a
+negative deadline.  Rank and world size go to vLLM as they are
+(``MessageQueue(n_reader=world_size - 1, ...)``, ``create_from_handle(handle, rank)``), so
+what vLLM does with a bad one is what the suite judges.
+
 Deadlines (capability ``deadlines``), exactly as mapped:
 
 - ``io`` -> the ``timeout`` argument of ``MessageQueue.enqueue`` / ``dequeue`` (vLLM
@@ -47,7 +58,16 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, Final
 
-from ._handle import HandleFile, handle_path, read_handle, wait_for_handle, write_handle
+from tpbcast.harness.adapter import EngineNotAsked
+
+from ._handle import (
+    HandleFile,
+    HandleFileError,
+    handle_path,
+    read_handle,
+    wait_for_handle,
+    write_handle,
+)
 
 __all__ = [
     "CAPABILITIES",
@@ -69,6 +89,7 @@ MAX_CHUNKS: Final = 6
 DEFAULT_CONNECT: Final = 120.0
 _MODULE: Final = "vllm.distributed.device_communicators.shm_broadcast"
 _USED_NONCES: set[str] = set()  # handles this process already joined (see _handle)
+_ENGINE: Final = "vLLM's MessageQueue"
 
 
 class VllmMissingError(ImportError):
@@ -95,11 +116,17 @@ def _vllm_version() -> str:
         return "not installed"
 
 
+def _not_asked(check: str, detail: str) -> EngineNotAsked:
+    return EngineNotAsked(check, detail, _ENGINE)
+
+
 def _seconds(name: str, value: float) -> float | None:
     if value == math.inf:
         return None
     if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} deadline must be >= 0 seconds or math.inf, got {value!r}")
+        raise _not_asked(
+            "deadline_range", f"{name} deadline must be >= 0 seconds or math.inf, got {value!r}"
+        )
     return float(value)
 
 
@@ -121,38 +148,46 @@ def _writable_view(rank: int, index: int, buffer: Any) -> memoryview | None:
         return None
     view = memoryview(buffer)
     if view.readonly:
-        raise TypeError(
+        raise _not_asked(
+            "read_only_buffer",
             f"rank {rank}: a peer receives in place: buffer {index} is a read-only "
-            f"{type(buffer).__name__}; pass a bytearray, memoryview, numpy array or tensor"
+            f"{type(buffer).__name__}",
         )
     if not view.c_contiguous:
-        raise ValueError(f"rank {rank}: buffer {index} is not C-contiguous")
+        raise _not_asked(
+            "non_contiguous_buffer", f"rank {rank}: buffer {index} is not C-contiguous"
+        )
     return view.cast("B") if view.ndim != 1 or view.format != "B" else view
 
 
 def _fill(rank: int, index: int, target: Any, view: memoryview | None, got: Any) -> None:
     if view is None:  # a torch tensor
         if not _torch_tensor(got):
-            raise TypeError(
-                f"rank {rank}: buffer {index} is a tensor but the root sent a {type(got).__name__}"
+            raise _not_asked(
+                "buffer_kind",
+                f"rank {rank}: buffer {index} is a tensor but the root sent a {type(got).__name__}",
             )
         want = target.numel() * target.element_size()
         have = got.numel() * got.element_size()
         if want != have or got.dtype != target.dtype:
-            raise ValueError(
+            raise _not_asked(
+                "size_mismatch",
                 f"rank {rank}: buffer {index} size mismatch: the root sent {have} bytes "
                 f"({got.dtype}, shape {tuple(got.shape)}), this rank's buffer has {want} "
-                f"bytes ({target.dtype}, shape {tuple(target.shape)})"
+                f"bytes ({target.dtype}, shape {tuple(target.shape)})",
             )
         target.copy_(got.reshape(target.shape))
         return
     if _torch_tensor(got):
-        raise TypeError(f"rank {rank}: buffer {index} is not a tensor but the root sent one")
+        raise _not_asked(
+            "buffer_kind", f"rank {rank}: buffer {index} is not a tensor but the root sent one"
+        )
     data = memoryview(got).cast("B")
     if data.nbytes != view.nbytes:
-        raise ValueError(
+        raise _not_asked(
+            "size_mismatch",
             f"rank {rank}: buffer {index} size mismatch: the root sent {data.nbytes} bytes, "
-            f"this rank's buffer has {view.nbytes} bytes"
+            f"this rank's buffer has {view.nbytes} bytes",
         )
     view[:] = data
 
@@ -197,21 +232,26 @@ class VllmBroadcaster:
     # ----------------------------------------------------------------- lifecycle
 
     def initialize(self, rank: int, world_size: int, base_path: str) -> None:
-        if not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
-        if not isinstance(rank, int) or not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, {world_size}), got {rank!r}")
         if not isinstance(base_path, str) or not base_path or "\0" in base_path:
-            raise ValueError(f"base_path must be a non-empty path, got {base_path!r}")
+            # The base path names the adapter's handle file, its stand-in for the process
+            # group that carries the handle in vLLM: vLLM itself has no base path.
+            raise _not_asked(
+                "base_path", f"base_path {base_path!r} cannot name the adapter's handle file"
+            )
+        if not isinstance(rank, int) or not isinstance(world_size, int):
+            raise _not_asked(
+                "int_args",
+                f"rank {rank!r} and world_size {world_size!r}: vLLM's queue takes ints; the "
+                "adapter cannot pass these on",
+            )
         config = (rank, world_size, base_path)
         if self._config is not None:
-            if config == self._config:
-                return
             old_rank, old_ws, old_base = self._config
-            raise RuntimeError(
-                f"already initialized as rank {old_rank} of {old_ws} at {old_base!r}; "
-                f"cannot re-initialize as rank {rank} of {world_size} at {base_path!r} "
-                "without reset()"
+            raise _not_asked(
+                "reinit",
+                f"initialize as rank {rank} of {world_size} at {base_path!r} on an object "
+                f"initialized as rank {old_rank} of {old_ws} at {old_base!r}: vLLM has no "
+                "re-initialize (a GroupCoordinator builds its queue once)",
             )
         if world_size == 1:  # parallel_state creates no queue for a group of one
             self._config = config
@@ -233,13 +273,16 @@ class VllmBroadcaster:
                 self._handle = (path, entry)
             else:
                 connect = self._deadlines["connect"]
-                entry = wait_for_handle(
-                    path,
-                    rank=rank,
-                    world_size=world_size,
-                    deadline=math.inf if connect is None else connect,
-                    used=_USED_NONCES,
-                )
+                try:
+                    entry = wait_for_handle(
+                        path,
+                        rank=rank,
+                        world_size=world_size,
+                        deadline=math.inf if connect is None else connect,
+                        used=_USED_NONCES,
+                    )
+                except HandleFileError as exc:  # the adapter's own rendezvous refused it
+                    raise _not_asked("handle_file", str(exc)) from exc
                 handle = mq_module.Handle(**entry.handle)
                 queue = mq_module.MessageQueue.create_from_handle(handle, rank)
             queue.wait_until_ready()
@@ -260,9 +303,9 @@ class VllmBroadcaster:
         message.
         """
         if self._config is None:
-            raise RuntimeError("broadcast before initialize: call initialize() first")
+            raise _not_asked("not_initialized", "broadcast before initialize: there is no queue")
         if root != 0:
-            raise ValueError(f"root must be 0 (vLLM's writer is rank 0), got {root!r}")
+            raise _not_asked("root", f"root {root!r}: vLLM's writer is rank 0 by construction")
         rank, world_size, _ = self._config
         many = isinstance(buffer, list | tuple)
         buffers = list(buffer) if many else [buffer]
@@ -292,7 +335,9 @@ class VllmBroadcaster:
         received = list(got) if many and isinstance(got, list) else [got]
         if many != isinstance(got, list) or len(received) != len(buffers):
             sent = f"{len(got)} buffers" if isinstance(got, list) else "one buffer"
-            raise ValueError(f"rank {rank}: the root sent {sent}, this rank has {len(buffers)}")
+            raise _not_asked(
+                "buffer_count", f"rank {rank}: the root sent {sent}, this rank has {len(buffers)}"
+            )
         for i, (target, view, item) in enumerate(zip(buffers, views, received, strict=True)):
             _fill(rank, i, target, view, item)
 
