@@ -35,6 +35,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
+from tpbcast.harness.adapter import EngineNotAsked
+
 from ..torch_gloo._endpoint import Endpoint
 from ..torch_gloo.adapter import bind_interface, make_store, seconds, timedelta
 from ._shim import SglangMissingError, import_sglang_module, sglang_version
@@ -66,23 +68,36 @@ def _payload(buffer: Any) -> Any:
     return buffer.detach().clone() if _torch_tensor(buffer) else memoryview(buffer).tobytes()
 
 
+def not_asked(check: str, detail: str) -> EngineNotAsked:
+    """SGLang delivers objects, it has no receive buffer: what the copy into the caller's
+    buffer refuses, SGLang never decided."""
+    return EngineNotAsked(check, detail, f"SGLang {sglang_version()}")
+
+
 def _fill(rank: int, index: int, target: Any, got: Any) -> None:
     """Copy what arrived into the caller's buffer ``index`` (the in-place contract)."""
     if _torch_tensor(target):
         if not _torch_tensor(got) or got.numel() * got.element_size() != (
             target.numel() * target.element_size()
         ):
-            raise ValueError(
+            raise not_asked(
+                "size_mismatch",
                 f"rank {rank}: buffer {index} is a tensor of {target.numel()} "
                 f"{target.dtype}; the root sent {type(got).__name__} {got!r:.80}"
             )
         target.copy_(got.reshape(target.shape))
         return
-    view = memoryview(target).cast("B")
+    view = memoryview(target)
+    if view.readonly or not view.c_contiguous:
+        raise not_asked(
+            "peer_buffer", f"rank {rank}: buffer {index} is read-only or not C-contiguous"
+        )
+    view = view.cast("B")
     data = memoryview(got).cast("B") if not _torch_tensor(got) else None
     if data is None or data.nbytes != view.nbytes:
         sent = "a tensor" if data is None else f"{data.nbytes} bytes"
-        raise ValueError(
+        raise not_asked(
+            "size_mismatch",
             f"rank {rank}: buffer {index} size mismatch: the root sent {sent}, this rank's "
             f"buffer has {view.nbytes} bytes"
         )
@@ -113,7 +128,7 @@ class SglangPyobjBroadcaster:
         """Seconds; None keeps a value, ``math.inf`` waits forever (module docstring)."""
         for key, value in (("connect", connect), ("init", init), ("io", io)):
             if value is not None:
-                self._deadlines[key] = seconds(key, value)
+                self._deadlines[key] = seconds(key, value, f"SGLang {self.version}")
 
     @staticmethod
     def default_deadlines() -> Mapping[str, float | None]:
@@ -157,7 +172,8 @@ class SglangPyobjBroadcaster:
             return
         got = common.broadcast_pyobj([], self._rank, self._group, src=root, force_cpu_device=True)
         if len(got) != len(buffers):
-            raise ValueError(
+            raise not_asked(
+                "buffer_count",
                 f"rank {self._rank}: the root sent {len(got)} buffers, this rank has "
                 f"{len(buffers)}"
             )

@@ -99,7 +99,7 @@ class SglangMessageQueue:
         """Seconds; only ``connect`` is enforced (module docstring)."""
         for key, value in (("connect", connect), ("init", init), ("io", io)):
             if value is not None:
-                self._deadlines[key] = seconds(key, value)
+                self._deadlines[key] = seconds(key, value, f"SGLang {self.version}")
 
     @staticmethod
     def default_deadlines() -> Mapping[str, float | None]:
@@ -142,13 +142,13 @@ class SglangMessageQueue:
     def broadcast(self, buffer: Any, root: int = 0) -> None:
         """Rank 0 enqueues, the others dequeue into ``buffer`` in place (``root`` is
         SGLang's: the queue's writer is the rank that created it)."""
-        from .adapter import _fill, _payload
+        from .adapter import _fill, _payload, not_asked
 
         many = isinstance(buffer, list | tuple)
         buffers = list(buffer) if many else [buffer]
         queue = self._queue
         if queue is None:
-            raise RuntimeError(f"rank {self._rank}: broadcast before initialize: no queue")
+            raise not_asked("not_initialized", f"rank {self._rank}: broadcast before initialize")
         if self._rank == root:
             payloads = [_payload(b) for b in buffers]
             queue.enqueue(payloads if many else payloads[0])
@@ -156,7 +156,8 @@ class SglangMessageQueue:
         got = queue.dequeue()
         received = list(got) if many and isinstance(got, list) else [got]
         if len(received) != len(buffers):
-            raise ValueError(
+            raise not_asked(
+                "buffer_count",
                 f"rank {self._rank}: the root sent {len(received)} buffers, this rank has "
                 f"{len(buffers)}"
             )

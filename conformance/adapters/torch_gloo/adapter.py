@@ -33,6 +33,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from tpbcast.harness.adapter import EngineNotAsked
+
 from ..vllm._handle import read_handle, wait_for_handle, write_handle
 from ._endpoint import Endpoint, interface_for
 
@@ -77,12 +79,17 @@ def _torch_version() -> str:
         return "not installed"
 
 
-def seconds(name: str, value: float) -> float | None:
-    """A deadline as torch takes it: None = forever (``math.inf``)."""
+def seconds(name: str, value: float, engine: str = "torch") -> float | None:
+    """A deadline as torch takes it: None = forever (``math.inf``).  A value torch could
+    not take as a timedelta is refused here, so the engine was never asked."""
     if value == math.inf:
         return None
     if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} deadline must be >= 0 seconds or math.inf, got {value!r}")
+        raise EngineNotAsked(
+            "deadline_range",
+            f"{name} deadline must be >= 0 seconds or math.inf, got {value!r}",
+            engine,
+        )
     return float(value)
 
 
