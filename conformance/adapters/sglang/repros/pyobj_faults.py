@@ -107,7 +107,7 @@ def rank_main(rank, world, port, args, timeout, victim, report_w, go_r) -> None:
     import torch
     import torch.distributed as dist
 
-    host = ADDR[0]
+    host = ADDR[1] if victim == 0 else ADDR[0]  # rank 0's host: the store's address
     if args.fault == "vanish":
         mine = 1 if rank == victim else 0
         setns(NS[mine])
@@ -196,7 +196,7 @@ def run(args) -> int:
             os.kill(pids[victim], signal.SIGKILL)
         elif args.fault == "stop":
             os.kill(pids[victim], signal.SIGSTOP)
-        else:
+        else:  # the victim's host (namespace b) leaves the network
             ip("-n", NS[1], "link", "set", LINKS[1], "down")
         fault_at = time.monotonic()
         os.write(go_w, b"x" * world)
@@ -212,6 +212,10 @@ def run(args) -> int:
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 r, seconds, what = line.decode().split(" ", 2)
+                if int(r) == victim:  # alive on a vanished host: not one of the others
+                    print(f"   rank {r} (the victim, alive on the vanished host): its "
+                          f"broadcast ended {seconds} s after the fault: {what}")
+                    continue
                 print(f"   rank {r}: its broadcast ended {seconds} s after the fault: {what}")
                 worst = max(worst, float(seconds))
                 survivors -= 1
