@@ -42,10 +42,12 @@ PORT = 29500
 DEADLINE = 30.0
 """connect/init/io for TCP-1..3 (deadlines capability): a wedged group ends, the
 harness's group deadline (:data:`GROUP`) judges the rest."""
-GROUP = 40.0
+GROUP = 60.0
 DEAD_BOUND = 10.0
 """TCP-4's bound (SPEC, the same as FAULT-1 and FAULT-2): seconds from the vanishing."""
-VANISH_GROUP = DEAD_BOUND + 8.0
+VANISH_GROUP = DEAD_BOUND + 20.0
+"""Covers the group's setup on a loaded machine (torch's import and bootstrap) before the
+vanishing, and the bound after it with a margin."""
 PAYLOAD = 1024
 ROUNDS = 3
 
@@ -211,11 +213,11 @@ def _stranger(ctx, hosts, how: str) -> int:
         return True
 
     # The rendezvous port opens inside rank 0's initialize: poll for it, with a deadline.
-    visits = int(s.wait_for(lambda: visit(PORT), s.PATIENCE, interval=0.01))
+    visits = int(s.wait_for(lambda: visit(PORT), GROUP / 2, interval=0.01))
     ctx.notify("rendezvous visited")
-    if ctx.wait("members up", timeout=GROUP):
-        with open(os.path.join(ctx.workdir, "ports")) as fh:
-            visits += sum(visit(int(port)) for port in fh.read().split())
+    ctx.wait("members up", timeout=GROUP)
+    with open(os.path.join(ctx.workdir, "ports")) as fh:
+        visits += sum(visit(int(port)) for port in fh.read().split())
     ctx.notify("strangers in")
     ctx.wait("members done", timeout=GROUP)
     for sock in held:
@@ -232,7 +234,7 @@ def test_a_stranger_does_not_disturb_the_group(tpbcast_run, tpbcast_impl, how):
         bcast = _join(ctx, hosts, 0, tpbcast_impl, connect=DEADLINE, init=DEADLINE, io=DEADLINE)
         before = s.fd_table()
         if ctx.rank != 0:  # rank 0 listens first; the stranger is there before the peer
-            ctx.wait("rendezvous visited", timeout=s.PATIENCE)
+            ctx.wait("rendezvous visited", timeout=GROUP)
         init = s.attempt(bcast.initialize, ctx.rank, 2, ctx.base_path)
         ports = sorted({a[1] for a, li in _inet_fds(before).values() if li})
         with open(os.path.join(ctx.workdir, f"ports{ctx.rank}"), "w") as fh:

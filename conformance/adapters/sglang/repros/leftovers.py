@@ -91,6 +91,11 @@ def rank_main(rank: int, port: int, engine: str, out: int) -> None:
         del group  # GroupCoordinator.destroy: self.cpu_group = None
     dist.destroy_process_group()
     left = sorted(a for fd, (a, _li) in sockets().items() if str(fd) not in base_fds)
+    other = sorted(
+        f"fd {fd} -> {os.readlink(f'/proc/self/fd/{fd}')}"
+        for fd in set(os.listdir("/proc/self/fd")) - base_fds
+        if os.path.exists(f"/proc/self/fd/{fd}") and not os.readlink(f"/proc/self/fd/{fd}").startswith("/proc")
+    )
     threads_after = len(os.listdir("/proc/self/task"))
     wildcard = [a for a in listening if a.startswith(("[0.0.0.0]", "[::]"))]
     lines = [
@@ -99,10 +104,11 @@ def rank_main(rank: int, port: int, engine: str, out: int) -> None:
         f"rank {rank}: fds without close-on-exec while up: {len(leaks)}: "
         + ", ".join(leaks[:8]) + (" ..." if len(leaks) > 8 else ""),
         f"rank {rank}: TCP sockets left after the teardown: {', '.join(left) or 'none'}",
+        f"rank {rank}: every fd left after the teardown: {', '.join(other) or 'none'}",
         f"rank {rank}: threads before {threads_before}, after the teardown {threads_after} "
         f"(python sees {threading.active_count()})",
     ]
-    bad = bool(wildcard or leaks or left)
+    bad = bool(wildcard or leaks or left or other)
     os.write(out, ("\n".join(lines) + f"\nrank {rank}: {'DEFECT' if bad else 'OK'}\n").encode())
 
 
