@@ -10,7 +10,7 @@ routed out.  Namespace names carry the pid and a counter (tests run in parallel 
 ``-n auto``); :func:`two_hosts` always deletes them, also when the test fails.
 
 Needs root (``CAP_SYS_ADMIN``) and ``ip`` (iproute2); where either is missing,
-:class:`NetnsUnavailable` says why and the test reports UNSUPPORTED with that reason.
+:class:`NetnsUnavailableError` says why and the test reports UNSUPPORTED with that reason.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["ADDRESSES", "Hosts", "NetnsUnavailable", "enter", "two_hosts"]
+__all__ = ["ADDRESSES", "Hosts", "NetnsUnavailableError", "enter", "two_hosts"]
 
 ADDRESSES: Final = ("10.233.0.1", "10.233.0.2")
 """Host A's and host B's address, on the veth pair only (a /30: no other host exists)."""
@@ -35,7 +35,7 @@ _CLONE_NEWNET: Final = 0x40000000
 _counter = itertools.count()
 
 
-class NetnsUnavailable(RuntimeError):
+class NetnsUnavailableError(RuntimeError):
     """Network namespaces cannot be made here (not root, no ``ip``, no kernel support)."""
 
 
@@ -60,12 +60,12 @@ class Hosts:
 def _ip(*args: str) -> str:
     ip = shutil.which("ip")
     if ip is None:
-        raise NetnsUnavailable("iproute2's `ip` is not on PATH")
+        raise NetnsUnavailableError("iproute2's `ip` is not on PATH")
     done = subprocess.run(
         [ip, *args], capture_output=True, text=True, timeout=IP_TIMEOUT, check=False
     )
     if done.returncode != 0:
-        raise NetnsUnavailable(
+        raise NetnsUnavailableError(
             f"`ip {' '.join(args)}` failed with status {done.returncode}: "
             f"{done.stderr.strip() or done.stdout.strip()}"
         )
@@ -76,7 +76,7 @@ def _ip(*args: str) -> str:
 def two_hosts() -> Iterator[Hosts]:
     """Create hosts A and B (module docstring); delete both namespaces on the way out."""
     if os.geteuid() != 0:
-        raise NetnsUnavailable(f"creating network namespaces needs root (euid {os.geteuid()})")
+        raise NetnsUnavailableError(f"creating network namespaces needs root (euid {os.geteuid()})")
     serial = next(_counter)
     names = (f"tpb-{os.getpid()}-{serial}-a", f"tpb-{os.getpid()}-{serial}-b")
     hosts = Hosts(names)
@@ -86,8 +86,20 @@ def two_hosts() -> Iterator[Hosts]:
             _ip("netns", "add", name)
             made.append(name)
         a, b = hosts.links
-        _ip("link", "add", a, "netns", names[0], "type", "veth", "peer", "name", b, "netns",
-            names[1])
+        _ip(
+            "link",
+            "add",
+            a,
+            "netns",
+            names[0],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            b,
+            "netns",
+            names[1],
+        )
         for name, link, address in zip(names, hosts.links, ADDRESSES, strict=True):
             _ip("-n", name, "addr", "add", f"{address}/{PREFIX}", "dev", link)
             _ip("-n", name, "link", "set", "lo", "up")
@@ -95,7 +107,7 @@ def two_hosts() -> Iterator[Hosts]:
         yield hosts
     finally:
         for name in made:  # deleting a namespace deletes the veth end inside it
-            with contextlib.suppress(NetnsUnavailable, subprocess.TimeoutExpired):
+            with contextlib.suppress(NetnsUnavailableError, subprocess.TimeoutExpired):
                 _ip("netns", "del", name)
 
 

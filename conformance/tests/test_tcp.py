@@ -58,7 +58,7 @@ def _hosts() -> Iterator[_netns.Hosts]:
     with contextlib.ExitStack() as stack:
         try:
             hosts = stack.enter_context(_netns.two_hosts())
-        except _netns.NetnsUnavailable as exc:
+        except _netns.NetnsUnavailableError as exc:
             raise Unsupported(f"UNSUPPORTED (precondition): no network namespaces: {exc}") from None
         yield hosts
 
@@ -71,7 +71,7 @@ def _join(ctx, hosts, host: int, impl, **deadlines: float):
     return bcast
 
 
-def _inet_fds(before=None) -> dict:
+def _inet_fds(before=None) -> dict[int, tuple[tuple[str, int], bool]]:
     """This process's TCP socket fds (opened since ``before``): fd -> (local, listening)."""
     found = {}
     table = s.fd_table() if before is None else s.new_fds(before)
@@ -147,8 +147,10 @@ def test_reset_releases_the_port_and_reinit_on_it_works(tpbcast_run, tpbcast_imp
         first = _roundtrip(ctx, bcast, "first")
         held = len(_inet_fds(before))
         bcast.reset()
-        left = sorted(f"fd {fd} ({a[0]}:{a[1]}{', listening' if li else ''})"
-                      for fd, (a, li) in _inet_fds(before).items())
+        left = sorted(
+            f"fd {fd} ({a[0]}:{a[1]}{', listening' if li else ''})"
+            for fd, (a, li) in _inet_fds(before).items()
+        )
         ctx.sync("all reset")
         again = s.attempt(bcast.initialize, ctx.rank, ctx.world_size, ctx.base_path)
         second = None if again is not None else s.attempt(_roundtrip, ctx, bcast, "second")
@@ -160,19 +162,32 @@ def test_reset_releases_the_port_and_reinit_on_it_works(tpbcast_run, tpbcast_imp
         result = tpbcast_run(target, 2, args=(hosts,), timeout=GROUP, expect_failure=True)
     if result.outcomes[0].status is not Status.OK or result.outcomes[1].status is not Status.OK:
         failed = [o for o in result.outcomes if o.status is not Status.OK]
-        s.check("TCP-2", False, "a second group on the same port forms and broadcasts",
-                "; ".join(o.summary() for o in failed), rank=failed[0].rank)
+        s.check(
+            "TCP-2",
+            False,
+            "a second group on the same port forms and broadcasts",
+            "; ".join(o.summary() for o in failed),
+            rank=failed[0].rank,
+        )
         return
     values = s.ok_values(result)
     s.precondition("TCP-2", all(v[0] for v in values), "the first group did not broadcast")
     s.precondition("TCP-2", any(v[1] for v in values), "the first group held no TCP socket")
     for rank, (_first, _held, left, again, _ok) in enumerate(values):
-        s.check("TCP-2", not left, "reset() leaves no TCP socket open", ", ".join(left),
-                rank=rank)
-        s.check("TCP-2", again is None, "initialize on the same port right after reset works",
-                again, rank=rank)
-    s.check("TCP-2", all(v[4] for v in values),
-            "the second group delivers the right bytes", [v[4] for v in values])
+        s.check("TCP-2", not left, "reset() leaves no TCP socket open", ", ".join(left), rank=rank)
+        s.check(
+            "TCP-2",
+            again is None,
+            "initialize on the same port right after reset works",
+            again,
+            rank=rank,
+        )
+    s.check(
+        "TCP-2",
+        all(v[4] for v in values),
+        "the second group delivers the right bytes",
+        [v[4] for v in values],
+    )
 
 
 # ------------------------------------------------------------------------------ TCP-3
@@ -366,7 +381,11 @@ def test_a_peer_whose_host_vanished_ends_the_roots_broadcasts(tpbcast_run, tpbca
 
     with _hosts() as hosts:
         result = tpbcast_run(
-            target, 2, args=(hosts,), fail_fast=False, expect_failure=True,
+            target,
+            2,
+            args=(hosts,),
+            fail_fast=False,
+            expect_failure=True,
             timeout=VANISH_GROUP,
         )
     root = result.outcomes[0]
@@ -422,23 +441,41 @@ def test_a_root_whose_host_vanished_ends_every_peers_broadcast(tpbcast_run, tpbc
 
     with _hosts() as hosts:
         result = tpbcast_run(
-            target, 3, args=(hosts,), fail_fast=False, expect_failure=True,
+            target,
+            3,
+            args=(hosts,),
+            fail_fast=False,
+            expect_failure=True,
             timeout=VANISH_GROUP,
         )
-    s.precondition(
-        "TCP-4", _since(result.workdir, "vanished") is not None, "host A never vanished"
-    )
+    s.precondition("TCP-4", _since(result.workdir, "vanished") is not None, "host A never vanished")
     for peer in result.outcomes[1:]:
         who = f"peer {peer.rank}'s broadcast from a root whose host vanished"
         if not _not_hung(peer, result.workdir, who):
             continue
-        if not s.check("TCP-4", peer.status is Status.OK, f"peer {peer.rank} lives on",
-                       peer.summary(), rank=peer.rank):
+        if not s.check(
+            "TCP-4",
+            peer.status is Status.OK,
+            f"peer {peer.rank} lives on",
+            peer.summary(),
+            rank=peer.rank,
+        ):
             continue
         first, down, raised = peer.value
-        s.precondition("TCP-4", first[1] and down,
-                       f"staging: first round {first}, link down {down}")
-        if s.check("TCP-4", raised is not None, f"{who} raises",
-                   "it returned as if rank 0 had sent a payload", rank=peer.rank):
-            s.check("TCP-4", raised.elapsed <= DEAD_BOUND,
-                    f"{who} ends within {DEAD_BOUND:.0f} s", raised, rank=peer.rank)
+        s.precondition(
+            "TCP-4", first[1] and down, f"staging: first round {first}, link down {down}"
+        )
+        if s.check(
+            "TCP-4",
+            raised is not None,
+            f"{who} raises",
+            "it returned as if rank 0 had sent a payload",
+            rank=peer.rank,
+        ):
+            s.check(
+                "TCP-4",
+                raised.elapsed <= DEAD_BOUND,
+                f"{who} ends within {DEAD_BOUND:.0f} s",
+                raised,
+                rank=peer.rank,
+            )

@@ -39,7 +39,7 @@ def test_two_hosts_are_linked_taken_down_and_always_removed():
 
 def test_unavailable_without_root(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    with pytest.raises(_netns.NetnsUnavailable, match="needs root"), _netns.two_hosts():
+    with pytest.raises(_netns.NetnsUnavailableError, match="needs root"), _netns.two_hosts():
         pass
 
 

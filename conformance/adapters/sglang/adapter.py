@@ -35,19 +35,24 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
+from tpbcast.conformance.adapters.torch_gloo._endpoint import Endpoint
+from tpbcast.conformance.adapters.torch_gloo.adapter import (
+    bind_interface,
+    make_store,
+    seconds,
+    timedelta,
+)
 from tpbcast.harness.adapter import EngineNotAsked
 
-from ..torch_gloo._endpoint import Endpoint
-from ..torch_gloo.adapter import bind_interface, make_store, seconds, timedelta
 from ._shim import SglangMissingError, import_sglang_module, sglang_version
 
 __all__ = [
     "CAPABILITIES",
     "NAME",
     "SGLANG_GLOO_TIMEOUT",
+    "TRANSPORT",
     "SglangMissingError",
     "SglangPyobjBroadcaster",
-    "TRANSPORT",
     "make",
 ]
 
@@ -83,7 +88,7 @@ def _fill(rank: int, index: int, target: Any, got: Any) -> None:
             raise not_asked(
                 "size_mismatch",
                 f"rank {rank}: buffer {index} is a tensor of {target.numel()} "
-                f"{target.dtype}; the root sent {type(got).__name__} {got!r:.80}"
+                f"{target.dtype}; the root sent {type(got).__name__} {got!r:.80}",
             )
         target.copy_(got.reshape(target.shape))
         return
@@ -99,7 +104,7 @@ def _fill(rank: int, index: int, target: Any, got: Any) -> None:
         raise not_asked(
             "size_mismatch",
             f"rank {rank}: buffer {index} size mismatch: the root sent {sent}, this rank's "
-            f"buffer has {view.nbytes} bytes"
+            f"buffer has {view.nbytes} bytes",
         )
     view[:] = data
 
@@ -166,7 +171,10 @@ class SglangPyobjBroadcaster:
         buffers = list(buffer) if isinstance(buffer, list | tuple) else [buffer]
         if self._rank == root:
             common.broadcast_pyobj(
-                [_payload(b) for b in buffers], self._rank, self._group, src=root,
+                [_payload(b) for b in buffers],
+                self._rank,
+                self._group,
+                src=root,
                 force_cpu_device=True,
             )
             return
@@ -175,7 +183,7 @@ class SglangPyobjBroadcaster:
             raise not_asked(
                 "buffer_count",
                 f"rank {self._rank}: the root sent {len(got)} buffers, this rank has "
-                f"{len(buffers)}"
+                f"{len(buffers)}",
             )
         for index, (target, item) in enumerate(zip(buffers, got, strict=True)):
             _fill(self._rank, index, target, item)
@@ -206,4 +214,3 @@ def make() -> SglangPyobjBroadcaster:
     """
     import_sglang_module(COMMON)
     return SglangPyobjBroadcaster()
-

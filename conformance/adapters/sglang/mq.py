@@ -21,34 +21,43 @@ unpickling it does.  This adapter only marshals: no argument checks, no re-init 
 - ``reset``: the reference is dropped (``GroupCoordinator.destroy``: ``self.mq_broadcaster
   = None``; SGLang 0.5.23's queue has no shutdown or close).
 
-Deadlines: SGLang's ``enqueue``/``dequeue``/``wait_until_ready`` take no timeout, so
-``io`` and ``init`` are accepted and not enforced (``default_deadlines`` says None);
-``connect`` bounds the adapter's own wait for the handle file (default 120 s).
+No ``deadlines`` capability: SGLang's ``enqueue``/``dequeue``/``wait_until_ready`` take no
+timeout, so every TIME clause is UNSUPPORTED for it rather than judged on the adapter's own
+wait for the handle file (a fixed 120 s).  World size 1 creates no queue (neither does
+``GroupCoordinator``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..torch_gloo.adapter import seconds
-from ..vllm._handle import HandleFile, read_handle, wait_for_handle, write_handle
+from tpbcast.conformance.adapters.vllm._handle import (
+    HandleFile,
+    read_handle,
+    wait_for_handle,
+    write_handle,
+)
+
 from ._shim import import_sglang_module, sglang_version
 
 __all__ = ["CAPABILITIES", "NAME", "TRANSPORT", "SglangMessageQueue", "make"]
 
 NAME: Final = "sglang MessageQueue"
 TRANSPORT: Final = "shm"
-CAPABILITIES: Final = frozenset({"deadlines", "multi_buffer", "tensors"})
+# No ``deadlines``: SGLang's queue has none (enqueue, dequeue and wait_until_ready take no
+# timeout), and the only wait it could bound is the adapter's own handle-file wait, whose
+# PASS would be the adapter's, not SGLang's.
+CAPABILITIES: Final = frozenset({"multi_buffer", "tensors"})
 MAX_CHUNK_BYTES: Final = 1 << 22  # parallel_state.py: create_from_process_group(.., 1 << 22, 6)
 MAX_CHUNKS: Final = 6
-DEFAULT_CONNECT: Final = 120.0
+HANDLE_WAIT: Final = 120.0  # the readers' wait for the handle file (the adapter's own)
 SUFFIX: Final = "_sglang_handle.json"
 MODULE: Final = "sglang.srt.distributed.device_communicators.shm_broadcast"
 _USED_NONCES: set[str] = set()
+_SOLO: Final = object()  # a group of one: no queue (GroupCoordinator: world_size > 1 only)
 
 
 def _export(handle: Any) -> dict[str, Any]:
@@ -84,29 +93,14 @@ class SglangMessageQueue:
 
     def __init__(self) -> None:
         self.version = sglang_version()
-        self._deadlines: dict[str, float | None] = {
-            "connect": DEFAULT_CONNECT,
-            "init": None,
-            "io": None,
-        }
         self._queue: Any = None
         self._rank = 0
         self._written: tuple[str, HandleFile] | None = None
 
-    def set_deadlines(
-        self, *, connect: float | None = None, init: float | None = None, io: float | None = None
-    ) -> None:
-        """Seconds; only ``connect`` is enforced (module docstring)."""
-        for key, value in (("connect", connect), ("init", init), ("io", io)):
-            if value is not None:
-                self._deadlines[key] = seconds(key, value, f"SGLang {self.version}")
-
-    @staticmethod
-    def default_deadlines() -> Mapping[str, float | None]:
-        """connect: the handle-file wait; init and io: none in SGLang."""
-        return {"connect": DEFAULT_CONNECT, "init": None, "io": None}
-
     def initialize(self, rank: int, world_size: int, base_path: str) -> None:
+        if world_size == 1:  # GroupCoordinator creates no queue for a group of one
+            self._queue, self._rank = _SOLO, rank
+            return
         mq = import_sglang_module(MODULE)
         path = base_path + SUFFIX
         queue: Any = None
@@ -122,12 +116,11 @@ class SglangMessageQueue:
                 entry = write_handle(path, world_size, _export(queue.export_handle()))
                 self._written = (path, entry)
             else:
-                connect = self._deadlines["connect"]
                 entry = wait_for_handle(
                     path,
                     rank=rank,
                     world_size=world_size,
-                    deadline=math.inf if connect is None else connect,
+                    deadline=HANDLE_WAIT,
                     used=_USED_NONCES,
                 )
                 queue = mq.MessageQueue.create_from_handle(_import(mq, entry.handle), rank)
@@ -149,6 +142,8 @@ class SglangMessageQueue:
         queue = self._queue
         if queue is None:
             raise not_asked("not_initialized", f"rank {self._rank}: broadcast before initialize")
+        if queue is _SOLO:
+            return
         if self._rank == root:
             payloads = [_payload(b) for b in buffers]
             queue.enqueue(payloads if many else payloads[0])
@@ -159,7 +154,7 @@ class SglangMessageQueue:
             raise not_asked(
                 "buffer_count",
                 f"rank {self._rank}: the root sent {len(received)} buffers, this rank has "
-                f"{len(buffers)}"
+                f"{len(buffers)}",
             )
         for index, (target, item) in enumerate(zip(buffers, received, strict=True)):
             _fill(self._rank, index, target, item)

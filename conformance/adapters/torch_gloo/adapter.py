@@ -33,9 +33,9 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from tpbcast.conformance.adapters.vllm._handle import read_handle, wait_for_handle, write_handle
 from tpbcast.harness.adapter import EngineNotAsked
 
-from ..vllm._handle import read_handle, wait_for_handle, write_handle
 from ._endpoint import Endpoint, interface_for
 
 __all__ = [
@@ -124,8 +124,12 @@ def make_store(
     dist = _dist()
     if endpoint is not None:
         store = dist.TCPStore(
-            endpoint.host, endpoint.port, world_size, rank == 0,
-            timeout=timedelta(connect), wait_for_workers=False,
+            endpoint.host,
+            endpoint.port,
+            world_size,
+            rank == 0,
+            timeout=timedelta(connect),
+            wait_for_workers=False,
         )
         return store, lambda: None
     path = base_path + PORT_SUFFIX
@@ -153,7 +157,10 @@ def make_store(
         used=_USED_NONCES,
     )
     store = dist.TCPStore(
-        str(entry.handle["host"]), int(entry.handle["port"]), world_size, False,
+        str(entry.handle["host"]),
+        int(entry.handle["port"]),
+        world_size,
+        False,
         timeout=timedelta(connect),
     )
     return store, lambda: None

@@ -27,7 +27,7 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pyobj_faults import sglang_modules  # noqa: E402  (the same import workaround)
+from pyobj_faults import sglang_modules  # the same import workaround
 
 
 def sockets() -> dict[int, tuple[str, bool]]:
@@ -71,14 +71,14 @@ def rank_main(rank: int, port: int, engine: str, out: int) -> None:
 
     base_fds = set(os.listdir("/proc/self/fd"))
     threads_before = len(os.listdir("/proc/self/task"))
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     group = None
     if engine == "sglang":
         common = sglang_modules()
         group = dist.new_group([0, 1], backend="gloo")
-        common.broadcast_pyobj([{"x": 1}] if rank == 0 else [], rank, group, src=0,
-                               force_cpu_device=True)
+        common.broadcast_pyobj(
+            [{"x": 1}] if rank == 0 else [], rank, group, src=0, force_cpu_device=True
+        )
     else:
         import torch
 
@@ -94,7 +94,8 @@ def rank_main(rank: int, port: int, engine: str, out: int) -> None:
     other = sorted(
         f"fd {fd} -> {os.readlink(f'/proc/self/fd/{fd}')}"
         for fd in set(os.listdir("/proc/self/fd")) - base_fds
-        if os.path.exists(f"/proc/self/fd/{fd}") and not os.readlink(f"/proc/self/fd/{fd}").startswith("/proc")
+        if os.path.exists(f"/proc/self/fd/{fd}")
+        and not os.readlink(f"/proc/self/fd/{fd}").startswith("/proc")
     )
     threads_after = len(os.listdir("/proc/self/task"))
     wildcard = [a for a in listening if a.startswith(("[0.0.0.0]", "[::]"))]
@@ -102,7 +103,8 @@ def rank_main(rank: int, port: int, engine: str, out: int) -> None:
         f"rank {rank}: listening while up: {', '.join(listening) or 'none'}"
         + (f"  <- WILDCARD: {', '.join(wildcard)}" if wildcard else ""),
         f"rank {rank}: fds without close-on-exec while up: {len(leaks)}: "
-        + ", ".join(leaks[:8]) + (" ..." if len(leaks) > 8 else ""),
+        + ", ".join(leaks[:8])
+        + (" ..." if len(leaks) > 8 else ""),
         f"rank {rank}: TCP sockets left after the teardown: {', '.join(left) or 'none'}",
         f"rank {rank}: every fd left after the teardown: {', '.join(other) or 'none'}",
         f"rank {rank}: threads before {threads_before}, after the teardown {threads_after} "

@@ -48,7 +48,7 @@ ADDR = ("10.234.0.1", "10.234.0.2")
 LINKS = ("rveth0", "rveth1")
 
 
-def sglang_modules():
+def sglang_modules() -> types.ModuleType:
     """SGLang's broadcast code without its front end (``import sglang`` runs sglang.lang)
     and, where triton is absent, with a stub in its place (common.py imports it)."""
     spec = importlib.util.find_spec("sglang")
@@ -59,12 +59,12 @@ def sglang_modules():
     if importlib.util.find_spec("triton") is None:
 
         class Stub(types.ModuleType):
-            def __getattr__(self, name):
+            def __getattr__(self, name: str) -> Stub:
                 if name.startswith("__"):
                     raise AttributeError(name)
                 return Stub(name)
 
-            def __call__(self, *a, **k):
+            def __call__(self, *a: object, **k: object) -> object:
                 return a[0] if len(a) == 1 and callable(a[0]) and not k else (lambda f: f)
 
         for name in ("triton", "triton.language", "triton.runtime", "triton.runtime.jit"):
@@ -72,7 +72,7 @@ def sglang_modules():
             stub.__path__ = []
             stub.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
             sys.modules.setdefault(name, stub)
-    import sglang.srt.utils.common as common
+    from sglang.srt.utils import common
 
     return common
 
@@ -103,7 +103,11 @@ def setns(name: str) -> None:
     os.close(fd)
 
 
-def rank_main(rank, world, port, args, timeout, victim, report_w, go_r) -> None:
+def rank_main(rank: int, port: int, args: argparse.Namespace, fds: tuple[int, int]) -> None:
+    """One rank: the group, one good broadcast, then broadcasts until one fails."""
+    world, timeout = args.world, args.timeout_s
+    victim = 1 if args.victim == "peer" else 0
+    report_w, go_r = fds
     import torch
     import torch.distributed as dist
 
@@ -115,22 +119,25 @@ def rank_main(rank, world, port, args, timeout, victim, report_w, go_r) -> None:
     else:
         host = "127.0.0.1"
     td = datetime.timedelta(seconds=timeout)
-    dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=rank,
-                            world_size=world)
+    dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=rank, world_size=world)
     if args.engine == "sglang":
         common = sglang_modules()
         group = dist.new_group(list(range(world)), backend="gloo", timeout=td)
 
-        def bcast(i):
-            return common.broadcast_pyobj([{"step": i}] if rank == 0 else [], rank, group,
-                                          src=0, force_cpu_device=True)
+        def bcast(i: int) -> object:
+            return common.broadcast_pyobj(
+                [{"step": i}] if rank == 0 else [], rank, group, src=0, force_cpu_device=True
+            )
     else:
         dist.destroy_process_group()
-        dist.init_process_group("gloo", init_method=f"tcp://{host}:{port + 1}", rank=rank,
-                                world_size=world, timeout=td)
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://{host}:{port + 1}", rank=rank, world_size=world, timeout=td
+        )
 
-        def bcast(i):
-            t = torch.full((64,), i, dtype=torch.uint8) if rank == 0 else torch.zeros(64, dtype=torch.uint8)
+        def bcast(i: int) -> object:
+            t = torch.full((64,), i % 256, dtype=torch.uint8)
+            if rank != 0:
+                t = torch.zeros(64, dtype=torch.uint8)
             dist.broadcast(t, src=0)
             return t
 
@@ -153,23 +160,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:  # noqa: PLR0912, PLR0915 - one script, read top down
     world = args.world
     victim = 1 if args.victim == "peer" else 0
     default = engine_default(args.engine)
     timeout = args.timeout if args.timeout else default
-    print(f"engine {args.engine}: its own timeout is {default:.0f} s (read from its code); "
-          f"configured here: {timeout:g} s; fault {args.fault} of rank {victim} "
-          f"({args.victim}), world {world}")
+    args.timeout_s = timeout
+    print(
+        f"engine {args.engine}: its own timeout is {default:.0f} s (read from its code); "
+        f"configured here: {timeout:g} s; fault {args.fault} of rank {victim} "
+        f"({args.victim}), world {world}"
+    )
     port = free_port() if args.fault != "vanish" else 29500
     made = []
     if args.fault == "vanish":
         for name in NS:
             ip("netns", "add", name)
             made.append(name)
-        ip("link", "add", LINKS[0], "netns", NS[0], "type", "veth", "peer", "name", LINKS[1],
-           "netns", NS[1])
-        for name, link, addr in zip(NS, LINKS, ADDR):
+        ip(
+            "link",
+            "add",
+            LINKS[0],
+            "netns",
+            NS[0],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            LINKS[1],
+            "netns",
+            NS[1],
+        )
+        for name, link, addr in zip(NS, LINKS, ADDR, strict=True):
             ip("-n", name, "addr", "add", f"{addr}/30", "dev", link)
             ip("-n", name, "link", "set", link, "up")
             ip("-n", name, "link", "set", "lo", "up")
@@ -182,16 +204,16 @@ def run(args) -> int:
             if pid == 0:
                 code = 0
                 try:
-                    rank_main(rank, world, port, args, timeout, victim, report_w, go_r)
+                    rank_main(rank, port, args, (report_w, go_r))
                 except BaseException as exc:
                     os.write(report_w, f"{rank} setup-failed {exc!r:.200}\n".encode())
                     code = 1
                 os._exit(code)
             pids.append(pid)
         os.close(report_w)
-        lines = open(report_r, buffering=1)
-        for _ in range(world):
-            print("  ", lines.readline().strip())
+        with open(report_r, buffering=1, closefd=False) as lines:
+            for _ in range(world):
+                print("  ", lines.readline().strip())
         if args.fault == "kill":
             os.kill(pids[victim], signal.SIGKILL)
         elif args.fault == "stop":
@@ -213,19 +235,25 @@ def run(args) -> int:
                 line, buf = buf.split(b"\n", 1)
                 r, seconds, what = line.decode().split(" ", 2)
                 if int(r) == victim:  # alive on a vanished host: not one of the others
-                    print(f"   rank {r} (the victim, alive on the vanished host): its "
-                          f"broadcast ended {seconds} s after the fault: {what}")
+                    print(
+                        f"   rank {r} (the victim, alive on the vanished host): its "
+                        f"broadcast ended {seconds} s after the fault: {what}"
+                    )
                     continue
                 print(f"   rank {r}: its broadcast ended {seconds} s after the fault: {what}")
                 worst = max(worst, float(seconds))
                 survivors -= 1
             time.sleep(0.05)
         if survivors:
-            print(f"   {survivors} surviving rank(s) still blocked {timeout + 15:.0f} s after "
-                  "the fault")
+            print(
+                f"   {survivors} surviving rank(s) still blocked {timeout + 15:.0f} s after "
+                "the fault"
+            )
             worst = timeout + 15
-        print("DEFECT" if worst > BOUND else "OK",
-              f"(worst wait after the fault {worst:.1f} s; bound {BOUND:g} s)")
+        print(
+            "DEFECT" if worst > BOUND else "OK",
+            f"(worst wait after the fault {worst:.1f} s; bound {BOUND:g} s)",
+        )
         return 1 if worst > BOUND else 0
     finally:
         for pid in pids:
@@ -234,7 +262,9 @@ def run(args) -> int:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
         for name in made:
-            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+            subprocess.run(
+                ["ip", "netns", "del", name], capture_output=True, timeout=10, check=False
+            )
 
 
 def main() -> int:
