@@ -98,6 +98,8 @@ class SglangMessageQueue:
         self._written: tuple[str, HandleFile] | None = None
 
     def initialize(self, rank: int, world_size: int, base_path: str) -> None:
+        from .adapter import not_asked
+
         if world_size == 1:  # GroupCoordinator creates no queue for a group of one
             self._queue, self._rank = _SOLO, rank
             return
@@ -116,6 +118,15 @@ class SglangMessageQueue:
                 entry = write_handle(path, world_size, _export(queue.export_handle()))
                 self._written = (path, entry)
             else:
+                if not 0 < rank < world_size:
+                    # In SGLang the handle reaches the readers through a collective on the
+                    # cpu_group, which such a rank is not part of; here it would wait on the
+                    # adapter's own handle file: the engine is never asked.
+                    raise not_asked(
+                        "reader_rank",
+                        f"rank {rank} is no reader of a group of {world_size} (readers are "
+                        f"1..{world_size - 1}); only the adapter's handle file would answer",
+                    )
                 entry = wait_for_handle(
                     path,
                     rank=rank,
