@@ -141,7 +141,9 @@ def mutation(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, mypy --strict and the import-linter layer contract."""
     # The type checker sees the same optional dependencies (torch, coverage) as the tests.
-    session.install(*CONSTRAINTS, "ruff", "mypy", "import-linter", *TEST_DEPS, "torch")
+    session.install(
+        *CONSTRAINTS, "ruff", "mypy", "import-linter", "types-psutil", *TEST_DEPS, "torch"
+    )
     session.install(*CONSTRAINTS, "-e", ".")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")

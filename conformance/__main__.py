@@ -44,7 +44,8 @@ def _tests_dir() -> Path:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tpbcast.conformance",
-        description="Judge a broadcaster implementation against the tpbcast wire v1 clauses. "
+        description="Judge a CPU tensor-parallel broadcaster against the tpbcast conformance "
+        "clauses (core, and those of the transport it declares). "
         "Arguments after `--` go to pytest unchanged.",
     )
     parser.add_argument(

@@ -12,7 +12,9 @@ The machinery lives in public tiers, each a module of its own:
 * :mod:`tpbcast.harness.rogue`: rogue peers and roots (rank targets) and their reports;
 * :mod:`tpbcast.harness.env`: environment faults (stale socket, symlink, foreign uid, ...);
 * :mod:`tpbcast.harness.adapter`: the adapter contract beyond loading an implementation;
-* :mod:`tpbcast.harness.runtime`: workdirs, session dirs, fork safety, for plugin authors.
+* :mod:`tpbcast.harness.runtime`: workdirs, session dirs, fork safety, for plugin authors;
+* :mod:`tpbcast.harness.observe`: processes seen from outside (deaths, children, held
+  names, ``/dev/shm``), for suites that judge an implementation without asking it.
 
 Names that used to live here still resolve, with a ``DeprecationWarning`` naming their
 tier; they are not part of ``__all__``.
@@ -26,6 +28,7 @@ from typing import Final
 
 from . import adapter as adapter
 from . import env as env
+from . import observe as observe
 from . import rogue as rogue
 from . import runtime as runtime
 from . import wire as wire
@@ -63,7 +66,7 @@ __all__ = [
     "run_ranks",
 ]
 
-TIERS: Final = ("adapter", "env", "rogue", "runtime", "wire")
+TIERS: Final = ("adapter", "env", "observe", "rogue", "runtime", "wire")
 """The public sub-modules, in the order the module docstring presents them."""
 
 _ROGUE_FUNCTIONS: Final = {

@@ -61,6 +61,7 @@ from ._exec_protocol import (
     initialize_request,
     request,
 )
+from ._observe import fd_targets
 from ._outcome import signal_name
 from ._plumbing import forget_private_fd, register_private_fd
 from ._proc import PR_SET_PDEATHSIG_KILL, set_pdeathsig
@@ -87,10 +88,7 @@ _LONG_MAX: Final = 2**31 - 1
 
 def _fds_of(pid: int) -> frozenset[int]:
     """The fds ``pid`` holds now (empty if it is gone or /proc is unreadable)."""
-    try:
-        return frozenset(int(name) for name in os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return frozenset()
+    return frozenset(fd_targets(pid))
 
 
 def _die_with(parent: int) -> None:  # pragma: no cover - runs in the child before exec

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from . import _companions
+from ._observe import stat_fields
 from ._outcome import signal_name
-from ._proc import PR_SET_PDEATHSIG_KILL, save_coverage, set_pdeathsig, stat_fields
+from ._proc import PR_SET_PDEATHSIG_KILL, save_coverage, set_pdeathsig
 
 __all__ = [
     "Delay",

@@ -196,8 +196,8 @@ def trim_stack(dump: str, *, full: bool | None = None) -> str:
     """A faulthandler dump without the frames below the rank's entry point.
 
     A rank is forked from its caller, so a dump also lists every frame that led to the
-    fork: the harness, then pytest, pluggy and runpy (38 of 47 frames in one dump of
-    issue 23).  Each thread's frames stop at the harness frame that calls the target,
+    fork: the harness, then pytest, pluggy and runpy (38 of 47 frames in one measured
+    dump).  Each thread's frames stop at the harness frame that calls the target,
     with one line saying how many were cut.  ``full=True`` (or ``TPBCAST_FULL_STACKS=1``)
     keeps everything; ``RankOutcome.stack_dump`` always has the whole dump.
     """

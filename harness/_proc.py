@@ -2,10 +2,10 @@
 
 Kept apart so each caller stays readable: ``prctl`` through ctypes (Python has no binding),
 coverage saving before ``os._exit`` (coverage only saves from atexit, which ``os._exit``
-skips: coverage.py issue #310), the fd snapshot for leak checks, "is anything of ours
-still alive" probes that cost one syscall each, the guard that keeps Python signal
-handlers from raising between a fork and the bookkeeping of the child's pid, and the mask
-that holds signals sent to a fresh rank until its own handlers exist.
+skips), "is anything of ours still alive" probes that cost one syscall each, the guard
+that keeps Python signal handlers from raising between a fork and the bookkeeping of the
+child's pid, and the mask that holds signals sent to a fresh rank until its own handlers
+exist.  Reading a process's state from outside is :mod:`._observe`'s job.
 """
 
 from __future__ import annotations
@@ -30,13 +30,10 @@ __all__ = [
     "PR_SET_PDEATHSIG_KILL",
     "DeferredSignals",
     "block_asynchronous_signals",
-    "describe_fd",
     "devnull_fd",
     "fork_child",
     "group_alive",
     "killpg_quiet",
-    "list_group_members",
-    "open_fds",
     "restore_signal_mask",
     "save_coverage",
     "set_pdeathsig",
@@ -203,28 +200,6 @@ def save_coverage() -> None:
         pass
 
 
-def open_fds() -> set[int]:
-    """File descriptors open in this process right now (the listing's own fd excluded)."""
-    fds = {int(name) for name in os.listdir("/proc/self/fd")}
-    alive = set()
-    for fd in fds:
-        try:
-            os.fstat(fd)
-        except OSError:
-            continue  # the directory fd used for the listing, already closed
-        alive.add(fd)
-    return alive
-
-
-def describe_fd(fd: int) -> str:
-    """``fd 7 -> socket:[1234]`` (what a leaked fd points at)."""
-    try:
-        target = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError as exc:
-        target = f"<{errno.errorcode.get(exc.errno or 0, exc.errno)}>"
-    return f"fd {fd} -> {target}"
-
-
 def group_alive(pgid: int) -> bool:
     """Whether any process (zombies included) is still in process group ``pgid``."""
     try:
@@ -240,35 +215,6 @@ def killpg_quiet(pgid: int, sig: int) -> None:
     """``killpg`` that ignores a group that is already gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-
-
-def list_group_members(pgids: set[int]) -> list[int]:
-    """Live (non-zombie) pids whose process group is one of ``pgids``.
-
-    Scans /proc, so only on the bad path. Zombies are dead: an orphan's zombie waits for
-    whoever reaps orphans (PID 1 or a subreaper), which in containers may be never.
-    """
-    members = []
-    for name in os.listdir("/proc"):
-        fields = stat_fields(int(name)) if name.isdigit() else None
-        if fields and len(fields) > 2 and int(fields[2]) in pgids and fields[0] not in (b"Z", b"X"):
-            members.append(int(name))
-    return sorted(members)
-
-
-def stat_fields(pid: int) -> list[bytes] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name: state (0), ppid (1),
-    pgrp (2), ..., starttime (19); None once the process is gone, or when its stat cannot
-    be read (another user's process under ``hidepid``: none of ours, which we can read).
-
-    The name is split off at its LAST ``)``: it may itself hold spaces and parentheses.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    return raw[raw.rfind(b")") + 2 :].split()
 
 
 # Signals whose Python handlers raise into the main thread in practice: Ctrl-C

@@ -23,12 +23,11 @@ from ._exitpipe import ExitEnd, report_failure
 from ._faults import PlannedFault
 from ._forksafety import make_rank_torch_safe
 from ._mesh import Mesh
+from ._observe import describe_fd, open_fds
 from ._plumbing import private_fds
 from ._proc import (
     PR_SET_PDEATHSIG_KILL,
-    describe_fd,
     devnull_fd,
-    open_fds,
     save_coverage,
     set_pdeathsig,
 )

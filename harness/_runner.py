@@ -38,6 +38,7 @@ from ._channel import RecordWriter, read_records
 from ._faults import FaultPlan
 from ._forksafety import check_fork_safety, ranks_need_single_torch
 from ._mesh import Mesh
+from ._observe import list_group_members
 from ._outcome import GroupResult
 from ._proc import (
     DeferredSignals,
@@ -45,7 +46,6 @@ from ._proc import (
     fork_child,
     group_alive,
     killpg_quiet,
-    list_group_members,
     preload,
     restore_signal_mask,
 )

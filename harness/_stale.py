@@ -30,7 +30,7 @@ import stat
 import tempfile
 from functools import cache
 
-from ._proc import stat_fields
+from ._observe import stat_fields
 
 __all__ = ["make_private_dir", "owner_alive", "owner_mark", "sweep_stale_dirs"]
 

@@ -24,3 +24,11 @@ def test_readme_example_passes(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     # one direct harness test, the broadcast test at world sizes 2 and 4, one fault test
     result.assert_outcomes(passed=4)
+
+
+def test_the_session_table_lists_every_nox_session() -> None:
+    """A newcomer scans the README's table for a session: every one in noxfile.py is there."""
+    noxfile = (README.parent / "noxfile.py").read_text(encoding="utf-8")
+    sessions = set(re.findall(r"@nox\.session[^\n]*\ndef (\w+)\(", noxfile))
+    rows = set(re.findall(r"^\| `(\w+)` \|", README.read_text(encoding="utf-8"), re.M))
+    assert sessions and rows == sessions, (sorted(sessions - rows), sorted(rows - sessions))

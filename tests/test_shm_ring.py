@@ -40,7 +40,7 @@ def test_declares_transport_and_capabilities(impl):
     assert impl.transport == "shm"
     assert {"deadlines", "generation"} <= impl.capabilities
     bcast = impl.create()
-    assert bcast.chunk_size() > 0 and bcast.ring_slots() > 1
+    assert bcast.chunk_size() > 0 and bcast.buffered_broadcasts > 1
     assert bcast.default_deadlines()["io"] is not None  # every wait is bounded by default
 
 

@@ -70,7 +70,7 @@ REPORT_DIR: Final = REPO / "reports" / "ecosystem"
 DEFAULT_SEED: Final = "20261203"
 """The seed every row runs with unless --seed or TPBCAST_SEED says otherwise."""
 REFERENCE_NAME: Final = "reference"
-RATIO_GOAL: Final = 3.0  # issue 22: any implementation judged in at most 3x the reference's
+RATIO_GOAL: Final = 3.0  # any implementation is judged in at most 3x the reference's time
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ citing the clause, live in the test.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
@@ -18,13 +17,13 @@ import re
 import socket
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tpbcast.conformance._checks import PreconditionError, record, record_unjudged
 from tpbcast.conformance._results import Verdict
-from tpbcast.harness import CapabilityMissing
+from tpbcast.harness import CapabilityMissing, observe
 from tpbcast.harness.rogue import rogue_peer
 from tpbcast.harness.runtime import WORKDIR_PREFIX
 
@@ -172,19 +171,7 @@ def private_fds(bcast: object = None) -> frozenset[FdKey]:
 
 
 def _proc_fds(pid: int) -> dict[FdKey, str]:
-    here = pid == os.getpid()
-    directory = "/proc/self/fd" if here else f"/proc/{pid}/fd"
-    table: dict[FdKey, str] = {}
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return table  # the other process is gone: it holds nothing any more
-    for name in names:
-        try:
-            table[(pid, int(name))] = os.readlink(f"{directory}/{name}")
-        except OSError:
-            continue  # the fd of the listdir itself, closed by now
-    return table
+    return {(pid, fd): what for fd, what in observe.fd_targets(pid).items()}
 
 
 def fd_table(bcast: object = None) -> dict[FdKey, str]:
@@ -248,14 +235,7 @@ def cloexec(key: FdKey) -> bool | None:
             return bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC)
         except OSError:
             return None
-    try:
-        with open(f"/proc/{pid}/fdinfo/{fd}") as info:
-            for line in info:
-                if line.startswith("flags:"):
-                    return bool(int(line.split()[1], 8) & os.O_CLOEXEC)
-    except OSError:
-        return None
-    return None
+    return observe.fd_cloexec(pid, fd)
 
 
 def cloexec_missing(bcast: object = None) -> list[str]:
@@ -307,27 +287,8 @@ def connect_refused(path: str) -> bool:
     return False
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.005) -> bool:
-    """Poll ``predicate`` until true or ``timeout`` s pass (a deadline, not a sleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
-
-
-def _task_wait(tid: int) -> tuple[str, str] | None:
-    """``(state, wchan)`` of thread ``tid`` of this process, None if it is gone."""
-    try:
-        with open(f"/proc/self/task/{tid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-        with open(f"/proc/self/task/{tid}/wchan") as fh:
-            wchan = fh.read().strip()
-    except (OSError, IndexError):
-        return None
-    return state, wchan
+wait_for: Final = observe.wait_until
+"""Poll a predicate until true or a timeout passes (a deadline, not a sleep)."""
 
 
 def wait_until_blocked(thread: Any, timeout: float = 10.0) -> bool:
@@ -341,7 +302,7 @@ def wait_until_blocked(thread: Any, timeout: float = 10.0) -> bool:
     tid = thread.native_id
 
     def blocked() -> bool:
-        seen = _task_wait(tid)
+        seen = observe.thread_wait(tid)
         return seen is not None and seen[0] == "S" and "futex" not in seen[1]
 
     return wait_for(blocked, timeout)
@@ -417,6 +378,26 @@ def precondition(cid: str, holds: object, what: str) -> None:
         raise PreconditionError(cid, what)
 
 
+def fault_happened(cid: str, holds: object, evidence: object) -> None:
+    """The precondition of every fault check: the fault was staged, proved by ``holds``
+    (a rank's SIGKILL, a rogue's recorded action).  Otherwise ``cid`` is ERROR, "the
+    fault did not happen: <evidence>", never judged on a fault that never came."""
+    precondition(cid, holds, f"the fault did not happen: {evidence}")
+
+
+def killed(cid: str, outcome: Any) -> None:
+    """:func:`fault_happened` for a rank the test SIGKILLed: its outcome says so."""
+    fault_happened(cid, outcome.signal_name == "SIGKILL", outcome.summary())
+
+
+def rogue_did(cid: str, outcome: Any, action: str) -> Any:
+    """:func:`fault_happened` for a rogue rank's ``action`` (its report's ``did``); returns
+    the report."""
+    report = outcome.value
+    fault_happened(cid, report is not None and report.did(action), outcome.summary())
+    return report
+
+
 def stageable(cid: str, holds: object, what: str) -> bool:
     """Record ``cid`` UNSUPPORTED ("not stageable on this implementation: ...") unless
     ``holds``; return ``bool(holds)``.
@@ -490,9 +471,12 @@ def read_window(sock: socket.socket, window: float) -> bytes | None:
         return b""
 
 
-def listening_sockets(before: dict[FdKey, str], bcast: object = None) -> list[str]:
-    """Addresses of listening sockets opened since ``before`` (``SO_ACCEPTCONN``)."""
-    found = []
+def new_sockets(
+    before: dict[FdKey, str], bcast: object = None
+) -> Iterator[tuple[FdKey, socket.socket]]:
+    """Each socket opened since ``before`` (:func:`fd_table`), as a socket of this process
+    (a duplicate, closed when the loop moves on; the implementation's stays open).  One
+    closed meanwhile (a refused connect attempt) is skipped."""
     for key, what in new_fds(before, bcast).items():
         if not what.startswith("socket:"):
             continue
@@ -501,9 +485,16 @@ def listening_sockets(before: dict[FdKey, str], bcast: object = None) -> list[st
         except OSError:
             continue
         with sock:
-            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-                name = sock.getsockname()
-                found.append(name if isinstance(name, str) else repr(name))
+            yield key, sock
+
+
+def listening_sockets(before: dict[FdKey, str], bcast: object = None) -> list[str]:
+    """Addresses of listening sockets opened since ``before`` (``SO_ACCEPTCONN``)."""
+    found = []
+    for _, sock in new_sockets(before, bcast):
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            name = sock.getsockname()
+            found.append(name if isinstance(name, str) else repr(name))
     return found
 
 
@@ -559,98 +550,55 @@ def once_per_run(shared_dir: Any, name: str, compute: Callable[[], Any], timeout
 
 # --------------------------------------------------------------------------- named leftovers
 
-DEV_SHM: Final = "/dev/shm"
-
 
 def private_tmpdir(ctx: Any) -> None:
     """Point this rank's TMPDIR (and :mod:`tempfile`) at its group's workdir, so whatever an
     implementation puts in TMPDIR (IPC socket files, rendezvous files) is seen by the
     harness's leftover check of the workdir: observed from outside, per group, with no
     interference from the other tests running beside it."""
-    import tempfile
-
-    os.environ["TMPDIR"] = ctx.workdir
-    tempfile.tempdir = None
-
-
-def shm_mapped(pid: int | None = None) -> set[str]:
-    """The /dev/shm files process ``pid`` (default: this one) has mapped: a segment a call
-    created shows here even after its fd is closed, and a test beside this one cannot."""
-    try:
-        with open(f"/proc/{pid or os.getpid()}/maps") as fh:
-            return {
-                line.split(maxsplit=5)[5].strip()
-                for line in fh
-                if f" {DEV_SHM}/" in line and len(line.split(maxsplit=5)) == 6
-            }
-    except OSError:
-        return set()
+    observe.private_tmpdir(ctx.workdir)
 
 
 def shm_names_held(bcast: object = None) -> set[str]:
     """The /dev/shm files this rank (and ``bcast``'s resource pids) maps or holds open: the
     group's own segments, observed before reset so a later leftover check judges only them
-    (tests running beside this one make their own /dev/shm entries)."""
-    held: set[str] = set()
-    for pid in (os.getpid(), *resource_pids(bcast)):
-        held |= shm_mapped(pid)
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if target.startswith(f"{DEV_SHM}/"):
-                        held.add(target)
-    harness_own = f"{DEV_SHM}/{WORKDIR_PREFIX}"  # the harness's workdirs live there too
-    return {name for name in held if not name.startswith(harness_own)}
-
-
-def still_there(names: set[str]) -> list[str]:
-    """Which of ``names`` still exist (a segment unlinked while mapped shows as deleted)."""
-    return sorted(name for name in names if os.path.exists(name))
+    (tests running beside this one make their own /dev/shm entries; the harness's workdirs
+    live there too and are never the implementation's)."""
+    return observe.shm_names(resource_pids(bcast), exclude_prefix=WORKDIR_PREFIX)
 
 
 # --------------------------------------------------------------------------- deaths
 
 
 def dead_peer_rounds(bcast: object) -> int:
-    """How many broadcasts a dead-peer test sends before it judges: at least 64, and more
-    than the adapter's declared ``buffered_broadcasts`` (ring slots), so buffering can never
-    hide a death."""
+    """How many broadcasts a dead-peer staging sends before it judges: at least 64, and more
+    than twice the adapter's declared ``buffered_broadcasts`` (what its transport completes
+    for a peer that reads nothing: ring slots), so buffering can never hide a death."""
     declared = getattr(bcast, "buffered_broadcasts", None)
     buffered = int(declared) if isinstance(declared, int) and declared > 0 else 0
-    return max(64, buffered + 2)
+    return max(64, 2 * buffered + 2)
 
 
-def gone(pid: int) -> bool:
-    """The process is dead (a zombie or reaped): read from /proc, never from the victim."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return True
-    return state in (b"Z", b"X")
+def publish_pid(ctx: Any) -> None:
+    """Publish this rank's pid in its group's workdir, so another rank (or the test body)
+    can prove its death from the kernel (:func:`wait_dead`)."""
+    observe.publish_pid(ctx.workdir, ctx.rank)
 
 
-def pid_file(ctx: Any, rank: int) -> str:
-    """Where rank ``rank`` of ``ctx``'s group writes its pid (:func:`write_pid`)."""
-    return os.path.join(ctx.workdir, f"pid{rank}")
+def published_pid(ctx: Any, rank: int, cid: str) -> int:
+    """Rank ``rank``'s published pid; ``cid``'s precondition if it never appears."""
+    pid = observe.published_pid(ctx.workdir, rank, PATIENCE)
+    if pid is None:
+        raise PreconditionError(cid, f"rank {rank} never published its pid")
+    return pid
 
 
-def write_pid(ctx: Any) -> None:
-    """Publish this rank's pid atomically, so another rank can watch it die (/proc)."""
-    tmp = pid_file(ctx, ctx.rank) + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(str(os.getpid()))
-    os.replace(tmp, pid_file(ctx, ctx.rank))
-
-
-def wait_dead(ctx: Any, rank: int, cid: str) -> float:
-    """Wait until rank ``rank`` is gone; return the monotonic time it was seen gone."""
-    path = pid_file(ctx, rank)
-    if not wait_for(lambda: os.path.exists(path), PATIENCE):
-        raise PreconditionError(cid, f"rank {rank} never wrote its pid")
-    with open(path) as fh:
-        pid = int(fh.read())
-    if not wait_for(lambda: gone(pid), PATIENCE):
+def wait_dead(ctx: Any, rank: int, cid: str, timeout: float = PATIENCE) -> float:
+    """Wait until rank ``rank`` is gone (proved from the kernel); return the monotonic time
+    it was seen gone.  ``cid``'s precondition if it never published its pid or outlives
+    ``timeout``."""
+    pid = published_pid(ctx, rank, cid)
+    died = observe.wait_dead(pid, timeout)
+    if died is None:
         raise PreconditionError(cid, f"rank {rank} (pid {pid}) is still alive")
-    return time.monotonic()
+    return died

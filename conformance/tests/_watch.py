@@ -283,20 +283,13 @@ def shutdown_leaked(before: dict[s.FdKey, str], bcast: object = None) -> int:
     still open: connections an implementation kept after ``reset()``.  The other side
     then sees EOF.  Returns how many were shut down."""
     count = 0
-    for key, what in s.new_fds(before, bcast).items():
-        if not what.startswith("socket:"):
-            continue
+    for _, sock in s.new_sockets(before, bcast):
         try:
-            sock = socket.socket(fileno=s.dup_fd(key))
-        except OSError:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError as exc:
+            if exc.errno != errno.ENOTCONN:
+                raise
             continue
-        with sock:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError as exc:
-                if exc.errno != errno.ENOTCONN:
-                    raise
-                continue
         count += 1
     return count
 

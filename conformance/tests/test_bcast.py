@@ -168,7 +168,7 @@ def test_zero_byte_broadcast_puts_nothing_on_the_wire(tpbcast_run, tpbcast_impl)
     report = tpbcast_run(as_root, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
     s.check(
         "BCAST-6",
-        report.received == b"\x5a" + data,
+        report.received == wire.PROBE_BYTE + data,
         "a 0-byte broadcast puts no byte on the stream",
         f"the byte-level peer read {report.received[:16]!r}...",
         rank=0,
@@ -451,7 +451,7 @@ def test_failed_broadcast_poisons_until_reset(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     first, second, took, third = result.outcomes[0].value
-    s.precondition("BCAST-13", result.outcomes[1].value.did("close"), "the fault did not happen")
+    s.rogue_did("BCAST-13", result.outcomes[1], "close")
     s.check(
         "BCAST-13", first is not None, "the broadcast to a closed peer fails", "it returned", rank=0
     )
@@ -482,7 +482,7 @@ def test_failed_peer_broadcast_poisons_until_reset(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     report, (first, second, took) = result.outcomes[0].value, result.outcomes[1].value
-    s.precondition("BCAST-13", report.did("die"), f"the fault did not happen: {report.actions}")
+    s.fault_happened("BCAST-13", report.did("die"), report.actions)
     s.check("BCAST-13", first is not None, "a cut-off broadcast fails", "it returned", rank=1)
     _judge_broken(second, took, tpbcast_impl, "root died", rank=1)
 
@@ -562,10 +562,10 @@ def test_root_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     first, second, took, third = result.outcomes[0].value
     probe, (queued, _), (after, ended) = result.outcomes[1].value
-    s.precondition(
+    s.fault_happened(
         "BCAST-13",
-        probe == b"\x5a" and first is not None and queued < size,
-        "the fault did not happen: the root's broadcast to a peer that stopped reading "
+        probe == wire.PROBE_BYTE and first is not None and queued < size,
+        "the root's broadcast to a peer that stopped reading "
         f"did not fail on its {io:g} s io deadline ({first or 'it returned'})",
     )
     _judge_broken(second, took, tpbcast_impl, "root timed out, link alive", rank=0)
@@ -636,10 +636,10 @@ def test_peer_timed_out_on_a_live_link_stays_broken(tpbcast_run, tpbcast_impl):
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     announced, open_after = result.outcomes[0].value
     first, second, took, buf = result.outcomes[1].value
-    s.precondition(
+    s.fault_happened(
         "BCAST-13",
         announced == struct.pack("=i", 1) and first is not None,
-        "the fault did not happen: the peer's broadcast from a root that paused mid-payload "
+        "the peer's broadcast from a root that paused mid-payload "
         f"did not fail on its {io:g} s io deadline ({first or 'it returned'})",
     )
     _judge_broken(second, took, tpbcast_impl, "peer timed out, link alive", rank=1)
@@ -691,9 +691,7 @@ def test_reset_from_another_thread_during_broadcast(tpbcast_run, tpbcast_impl):
     in_flight, reset_raised, alive, raised, left = (
         tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT + 10).outcomes[1].value
     )
-    s.precondition(
-        "BCAST-14", in_flight, "the fault did not happen: the broadcast never blocked in the kernel"
-    )
+    s.fault_happened("BCAST-14", in_flight, "the broadcast never blocked in the kernel")
     s.check(
         "BCAST-14",
         reset_raised is None and not alive,
@@ -745,9 +743,7 @@ def test_concurrent_broadcast_refused_with_a_clear_error(tpbcast_run, tpbcast_im
         return refused, second.get("raised")
 
     seen = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
-    s.precondition(
-        "BCAST-15", seen is not None, "the fault did not happen: the first broadcast never blocked"
-    )
+    s.fault_happened("BCAST-15", seen is not None, "the first broadcast never blocked")
     refused, raised = seen
     if not refused or raised is None:
         raise Unsupported("UNSUPPORTED: the implementation does not refuse a concurrent broadcast")

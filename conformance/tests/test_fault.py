@@ -76,9 +76,7 @@ def test_dead_peer_never_kills_rank0_during_broadcast(tpbcast_run, tpbcast_impl,
         timeout=s.GROUP_TIMEOUT,
     )
     root, _, victim = result.outcomes
-    s.precondition(
-        "FAULT-1", victim.signal_name == "SIGKILL", f"the fault did not happen: {victim.summary()}"
-    )
+    s.killed("FAULT-1", victim)
     survived = _check_lives_on(
         root, "FAULT-1", "rank 0 survives a dead peer with SIGPIPE at SIG_DFL"
     )
@@ -114,11 +112,7 @@ def test_peer_gone_before_the_probe(tpbcast_run, tpbcast_impl):
         timeout=s.GROUP_TIMEOUT,
     )
     root, rogue = result.outcomes
-    s.precondition(
-        "FAULT-1",
-        rogue.value is not None and rogue.value.did("close"),
-        f"the fault did not happen: {rogue.summary()}",
-    )
+    s.rogue_did("FAULT-1", rogue, "close")
     survived = _check_lives_on(
         root, "FAULT-1", "rank 0 survives a peer gone before the probe (SIGPIPE at SIG_DFL)"
     )
@@ -158,11 +152,7 @@ def test_root_death_mid_broadcast_byte_level(tpbcast_run, tpbcast_impl):
         timeout=s.GROUP_TIMEOUT,
     )
     rogue = result.outcomes[0]
-    s.precondition(
-        "FAULT-2",
-        rogue.value is not None and rogue.value.did("die"),
-        f"the fault did not happen: {rogue.summary()}",
-    )
+    s.rogue_did("FAULT-2", rogue, "die")
     for outcome in result.outcomes[1:]:
         who, rank = f"peer {outcome.rank}", outcome.rank
         lives = _check_lives_on(
@@ -230,10 +220,8 @@ def test_root_killed_mid_broadcast(tpbcast_run, tpbcast_impl):
 
     def target(ctx):
         bcast = s.make(tpbcast_impl, io=30.0)
-        pid_file = os.path.join(ctx.workdir, "pid0")
         if ctx.rank == 0:
-            with open(pid_file, "w") as fh:
-                fh.write(str(os.getpid()))
+            s.publish_pid(ctx)
             bcast.initialize(0, 3, ctx.base_path)
             bcast.broadcast(bytearray(size))  # blocks on peer 2, which is not reading
             return "root returned"
@@ -246,8 +234,7 @@ def test_root_killed_mid_broadcast(tpbcast_run, tpbcast_impl):
             bcast.reset()
             return first, second
         ctx.wait("peer1_done", timeout=15)
-        with open(pid_file) as fh:
-            os.kill(int(fh.read()), signal.SIGKILL)
+        os.kill(s.published_pid(ctx, 0, "FAULT-2"), signal.SIGKILL)
         ctx.record("fault", action="SIGKILL rank 0 while it writes to peer 2")
         ctx.notify("root_killed")
         raised = s.attempt(bcast.broadcast, bytearray(size))
@@ -256,9 +243,7 @@ def test_root_killed_mid_broadcast(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 3, fail_fast=False, expect_failure=True, timeout=s.GROUP_TIMEOUT)
     root, peer1, peer2 = result.outcomes
-    s.precondition(
-        "FAULT-2", root.signal_name == "SIGKILL", f"the fault did not happen: {root.summary()}"
-    )
+    s.killed("FAULT-2", root)
     alive = []
     for outcome in (peer1, peer2):
         ok = _check_lives_on(outcome, "FAULT-2", "no peer hangs or dies when rank 0 is killed")
@@ -269,11 +254,7 @@ def test_root_killed_mid_broadcast(tpbcast_run, tpbcast_impl):
     checks = []
     if alive[0]:
         first, second = peer1.value
-        s.precondition(
-            "FAULT-2",
-            first is None,
-            f"the fault did not happen: peer 1's broadcast failed first: {first}",
-        )
+        s.fault_happened("FAULT-2", first is None, f"peer 1's broadcast failed first: {first}")
         checks.append(("peer 1's next broadcast", second, 1))
     if alive[1]:
         checks.append(("peer 2", peer2.value, 2))
@@ -308,11 +289,7 @@ def test_error_attributes_on_a_dead_peer(tpbcast_run, tpbcast_impl, tpbcast_faul
     result = tpbcast_run(
         target, 2, faults=tpbcast_faults, fail_fast=False, expect_failure=True, timeout=20
     )
-    s.precondition(
-        "FAULT-4",
-        result.outcomes[1].signal_name == "SIGKILL",
-        f"the fault did not happen: {result.outcomes[1].summary()}",
-    )
+    s.killed("FAULT-4", result.outcomes[1])
     root = result.outcomes[0]
     s.precondition("FAULT-4", s.status_of(root) == "OK", f"rank 0 did not live: {root.summary()}")
     raised = root.value
@@ -363,9 +340,7 @@ def test_probe_read_failure_says_closed(tpbcast_run, tpbcast_impl):
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     report, raised = result.outcomes[0].value, result.outcomes[1].value
-    s.precondition(
-        "FAULT-5", report.did("withhold_probe"), f"the fault did not happen: {report.actions}"
-    )
+    s.fault_happened("FAULT-5", report.did("withhold_probe"), report.actions)
     if not s.check(
         "FAULT-5",
         raised is not None,
@@ -446,10 +421,10 @@ def test_peer_dying_during_bootstrap_fails_rank0_promptly(tpbcast_run, tpbcast_i
 
     result = tpbcast_run(target, 3, timeout=s.GROUP_TIMEOUT)
     raised, report, released = (o.value for o in result.outcomes)
-    s.precondition(
+    s.fault_happened(
         "FAULT-7",
         report.did("send") and report.did("close"),
-        f"the fault did not happen (peer 1 must announce itself, then close): {report.actions}",
+        f"peer 1 must announce itself, then close: {report.actions}",
     )
     note = "; the suite released it after 3.5 s" if released else ""
     if not s.check(
@@ -499,9 +474,7 @@ def test_one_failed_peer_does_not_leave_the_others_hanging(
         target, 3, faults=tpbcast_faults, fail_fast=False, expect_failure=True, timeout=30
     )
     root, victim, peer2 = result.outcomes
-    s.precondition(
-        "FAULT-8", victim.signal_name == "SIGKILL", f"the fault did not happen: {victim.summary()}"
-    )
+    s.killed("FAULT-8", victim)
     if not s.stageable(
         "FAULT-8", s.status_of(root) == "OK", f"rank 0 did not get through: {root.summary()}"
     ):

@@ -28,7 +28,6 @@ from . import _support as s
 from . import _watch
 
 _CHECK_SIZES = [33]
-PROBE = 0x5A
 
 
 def _check_group(ctx, bcast):
@@ -363,10 +362,10 @@ def test_peer_started_first_retries_until_rank0_listens(tpbcast_run, tpbcast_imp
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     present, _, root_entered = result.outcomes[0].value
     peer_entered = result.outcomes[1].value[2]
-    s.precondition(
+    s.fault_happened(
         "INIT-6",
         present is False and peer_entered < root_entered,
-        "the fault did not happen: the peer must call initialize before rank 0 does and "
+        "the peer must call initialize before rank 0 does and "
         f"find no socket (socket there: {present}, peer entered "
         f"{root_entered - peer_entered:.3f}s before rank 0)",
     )
@@ -405,7 +404,7 @@ def _check_rejected(result, cid, what, *, name=None):
     ended, initialized = result.outcomes[0].value
     reports = [o.value for o in result.outcomes[1:]]
     for report in reports:
-        s.precondition(cid, report.did("send"), f"the fault was not delivered: {report.actions}")
+        s.fault_happened(cid, report.did("send"), report.actions)
     s.check(
         cid,
         ended.failed and not initialized,
@@ -414,7 +413,7 @@ def _check_rejected(result, cid, what, *, name=None):
         rank=0,
     )
     probes = [r.probe for r in reports]
-    s.check(cid, PROBE not in probes, f"{what} never gets the probe", probes, rank=0)
+    s.check(cid, wire.PROBE not in probes, f"{what} never gets the probe", probes, rank=0)
     s.check(
         cid,
         all(r.reaction is None or r.reaction.value != "open" for r in reports),
@@ -546,9 +545,7 @@ def test_truncated_or_garbage_handshake_fails_cleanly(tpbcast_run, tpbcast_impl,
     )
     ended, initialized = result.outcomes[0].value
     report = result.outcomes[1].value
-    s.precondition(
-        "INIT-9", report.did("connect"), f"the fault was not delivered: {report.actions}"
-    )
+    s.fault_happened("INIT-9", report.did("connect"), report.actions)
     s.check(
         "INIT-9",
         ended.failed and not initialized,
@@ -564,7 +561,7 @@ def test_truncated_or_garbage_handshake_fails_cleanly(tpbcast_run, tpbcast_impl,
             ended.raised,
             rank=0,
         )
-    s.check("INIT-9", report.probe != PROBE, "the bad peer is never accepted", report, rank=0)
+    s.check("INIT-9", report.probe != wire.PROBE, "the bad peer is never accepted", report, rank=0)
 
 
 @pytest.mark.clause("INIT-10", "FAULT-5")
@@ -654,11 +651,10 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     ended, clean, digest, states = result.outcomes[0].value
-    s.precondition(
+    s.fault_happened(
         "INIT-11",
         ended.failed,
-        f"the fault did not happen: rank 0's initialize against a peer announcing rank 9 "
-        f"did not fail ({ended})",
+        f"rank 0's initialize against a peer announcing rank 9 did not fail ({ended})",
     )
     initialized, leaked, leftover = clean
     s.check("INIT-12", not initialized, "false after a failed initialize", initialized, rank=0)
@@ -707,9 +703,7 @@ def test_failed_initialize_cleans_up_and_retry_works_peer(tpbcast_run, tpbcast_i
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     raised, (initialized, leaked), digest = result.outcomes[1].value
-    s.precondition(
-        "INIT-11", raised is not None, "the fault did not happen: the peer took a wrong probe"
-    )
+    s.fault_happened("INIT-11", raised is not None, "the peer took a wrong probe")
     s.check(
         "INIT-11",
         not initialized and not leaked,
@@ -892,19 +886,12 @@ def test_connect_fails_at_once_on_eacces(tpbcast_run, tpbcast_impl):
 
 def _connected_to(before, path, bcast=None):
     """True if a socket opened since ``before`` is connected to ``path`` (getpeername)."""
-    for key, what in s.new_fds(before, bcast).items():
-        if not what.startswith("socket:"):
-            continue
+    for _, sock in s.new_sockets(before, bcast):
         try:
-            sock = socket.socket(fileno=s.dup_fd(key))
+            if sock.getpeername() == path:
+                return True
         except OSError:
-            continue  # closed meanwhile (a refused connect attempt)
-        with sock:
-            try:
-                if sock.getpeername() == path:
-                    return True
-            except OSError:
-                continue  # not connected yet
+            continue  # not connected yet
     return False
 
 
@@ -1001,5 +988,9 @@ def test_silent_connection_does_not_delay_rejecting_a_bad_one(tpbcast_run, tpbca
         rank=0,
     )
     s.check(
-        "INIT-17", report.probe != PROBE, "the bad connection never gets the probe", report, rank=0
+        "INIT-17",
+        report.probe != wire.PROBE,
+        "the bad connection never gets the probe",
+        report,
+        rank=0,
     )

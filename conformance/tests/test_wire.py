@@ -15,13 +15,11 @@ import struct
 import pytest
 
 from tpbcast.conformance.plugin import require
-from tpbcast.harness import wire
+from tpbcast.harness import observe, wire
 from tpbcast.harness.rogue import rogue_peer, rogue_root
 
 from . import _support as s
 from . import _watch
-
-PROBE = 0x5A
 
 
 @pytest.mark.clause("WIRE-1", "WIRE-4", "WIRE-6", "WIRE-9", "WIRE-12")
@@ -55,11 +53,11 @@ def test_root_sends_raw_payloads_to_byte_level_peers(tpbcast_run, tpbcast_impl, 
         rank=0,
     )
     # The implementation is rank 0: whatever byte-level peer k saw is rank 0's doing.
-    want = bytes([PROBE]) + first + second
+    want = bytes([wire.PROBE]) + first + second
     for peer, report in enumerate(s.ok_values(result)[1:], start=1):
         s.check(
             "WIRE-4",
-            report.probe == PROBE,
+            report.probe == wire.PROBE,
             f"peer {peer} gets the probe 0x5a",
             report.probe,
             rank=0,
@@ -196,7 +194,7 @@ def test_probe_only_after_every_peer_announced(tpbcast_run, tpbcast_impl):
     )
     s.check(
         "WIRE-4",
-        probe1 == bytes([PROBE]) and probe2 == bytes([PROBE]),
+        probe1 == bytes([wire.PROBE]) and probe2 == bytes([wire.PROBE]),
         "every peer gets 0x5a once all are in",
         {"peer 1": probe1, "peer 2": probe2},
         rank=0,
@@ -337,7 +335,7 @@ def test_several_buffers_back_to_back_on_the_wire(tpbcast_run, tpbcast_impl):
     report = tpbcast_run(as_root, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
     s.check(
         "WIRE-7",
-        report.received == bytes([PROBE]) + joined,
+        report.received == bytes([wire.PROBE]) + joined,
         "a root puts several buffers back to back in list order",
         report.received[:32],
         rank=0,
@@ -351,34 +349,6 @@ def test_several_buffers_back_to_back_on_the_wire(tpbcast_run, tpbcast_impl):
         f"{[g == p for g, p in zip(got, parts, strict=True)]}",
         rank=1,
     )
-
-
-def _listening(path):
-    """True if ``/proc/net/unix`` shows a listening socket bound to ``path``."""
-    with open("/proc/net/unix") as fh:
-        next(fh)  # Num RefCount Protocol Flags Type St Inode Path
-        for line in fh:
-            fields = line.split(maxsplit=7)
-            if len(fields) == 8 and fields[7].strip() == path and int(fields[3], 16) & 0x10000:
-                return True
-    return False
-
-
-def _stopped(pid):
-    """True once every thread of ``pid`` is stopped (state T)."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue  # the thread ended
-        if state not in ("T", "t"):
-            return False
-    return True
 
 
 def _try_connect(path):
@@ -413,11 +383,8 @@ def test_backlog_queues_every_peer_while_rank0_is_stopped(tpbcast_run, tpbcast_i
 
     def target(ctx):
         path = wire.socket_path(ctx.base_path)
-        pid_file = os.path.join(ctx.workdir, "pid0")
         if ctx.rank == 0:
-            with open(pid_file + ".tmp", "w") as fh:
-                fh.write(str(os.getpid()))
-            os.rename(pid_file + ".tmp", pid_file)
+            s.publish_pid(ctx)
             bcast = s.make(tpbcast_impl)
             bcast.initialize(0, world, ctx.base_path)
             ctx.sync("done")
@@ -425,16 +392,10 @@ def test_backlog_queues_every_peer_while_rank0_is_stopped(tpbcast_run, tpbcast_i
             return None
         extra_how, extra = None, None
         if ctx.rank == 1:
+            pid0 = s.published_pid(ctx, 0, "WIRE-10")
             s.precondition(
                 "WIRE-10",
-                s.wait_for(lambda: os.path.exists(pid_file), 10),
-                "rank 0 never wrote its pid",
-            )
-            with open(pid_file) as fh:
-                pid0 = int(fh.read())
-            s.precondition(
-                "WIRE-10",
-                s.wait_for(lambda: _listening(path), 10),
+                s.wait_for(lambda: observe.unix_listening(path), 10),
                 f"rank 0 never listened at {path} (/proc/net/unix)",
             )
             os.kill(pid0, signal.SIGSTOP)
@@ -442,7 +403,7 @@ def test_backlog_queues_every_peer_while_rank0_is_stopped(tpbcast_run, tpbcast_i
                 ctx.record("fault", action="SIGSTOP rank 0 once it listens")
                 s.precondition(
                     "WIRE-10",
-                    s.wait_for(lambda: _stopped(pid0), 10),
+                    s.wait_for(lambda: observe.all_stopped(pid0), 10),
                     "rank 0 did not stop within 10 s of SIGSTOP",
                 )
                 ctx.notify("stopped")

@@ -59,6 +59,15 @@ TIERS = {  # each tier's __all__
         parse_transport transport_names transport_profile transport_profiles
         """
     ),
+    "tpbcast.harness.observe": _names(
+        """
+        PID_FILE_PREFIX SHM_DIR Held Proc alive all_stopped dead describe descendants
+        fd_cloexec fd_targets held load_observation loose modes_in named_now new_held
+        pid_path private_tmpdir publish_pid published_pid save_observation shm_names
+        signal_masks still_there thread_count thread_wait unix_listening wait_dead
+        wait_gone wait_until
+        """
+    ),
     "tpbcast.harness.runtime": _names(
         """
         SEED_ENV WORKDIR_PREFIX WORKDIR_ROOT_ENV NativeThread PlannedFault make_private_dir

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tpbcast.harness import run_ranks
-from tpbcast.harness._proc import stat_fields
+from tpbcast.harness._observe import stat_fields
 from tpbcast.harness._stale import _base36, _scope, owner_alive, owner_mark
 from tpbcast.harness.runtime import make_private_dir, sweep_stale_dirs
 

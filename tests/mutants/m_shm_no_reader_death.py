@@ -3,7 +3,7 @@
 The correct ring tests each reader's lock byte at the start of a broadcast and while it
 waits for room.  This mutant never does: once the dead reader's unread chunks fill the
 ring, rank 0 waits out its whole I/O deadline, like vLLM's writer spinning in
-``acquire_write`` (issue 22, vLLM PR #45644).
+``acquire_write`` (vLLM PR #45644).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from .shm_ring import ShmRingBroadcaster, _Segment
 
 DEFECT = "shm ring: the writer never tests a reader's liveness (a full ring waits for the deadline)"
-KILLS = ("SHM-6",)
+KILLS = ("FAULT-1",)
 FAST = True
 
 

@@ -3,7 +3,7 @@
 The correct ring (``shm_ring``) has each reader test the writer's lock byte while it waits
 (the kernel drops the lock when the writer dies, so a SIGKILL is seen in milliseconds).
 This mutant never tests it: a reader whose rank 0 was SIGKILLed waits out its whole I/O
-deadline (60 s in the suite, 300 s by default), as vLLM's readers wait forever (issue 22).
+deadline (60 s in the suite, 300 s by default), as vLLM's readers wait forever.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from .shm_ring import ShmRingBroadcaster, _Segment
 
 DEFECT = "shm ring: readers never test the writer's liveness (wait until their I/O deadline)"
-KILLS = ("SHM-5",)
+KILLS = ("FAULT-2",)
 FAST = False
 
 

@@ -225,6 +225,8 @@ class ShmRingBroadcaster:
     name = "tpbcast-shm-ring"
     version = "1"
     transport = "shm"
+    # The writer runs ahead of its slowest reader by at most one ring of one-chunk slots.
+    buffered_broadcasts = SLOTS
     capabilities: frozenset[str] = frozenset({"deadlines", "generation"})
     segment_mode = 0o600
 
@@ -268,10 +270,6 @@ class ShmRingBroadcaster:
     def chunk_size(self) -> int:
         """Bytes per ring slot (a payload above it takes several chunks)."""
         return CHUNK
-
-    def ring_slots(self) -> int:
-        """Slots in the ring: the writer runs ahead of a reader by at most this many chunks."""
-        return SLOTS
 
     def is_initialized(self) -> bool:
         return self._initialized

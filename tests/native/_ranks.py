@@ -9,7 +9,7 @@ from typing import Any
 
 from tpbcast.conformance.adapters.native import NativeBroadcastError, make
 from tpbcast.harness import RankContext, SyncError, SyncTimeoutError
-from tpbcast.harness._proc import stat_fields
+from tpbcast.harness._observe import stat_fields
 
 SIZES = (0, 1, 7, 4097, 1 << 20)
 SHORT = 20.0  # deadlines generous enough for a 4x oversubscribed 2-core box

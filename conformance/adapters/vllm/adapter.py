@@ -29,9 +29,10 @@ UNSUPPORTED, never PASS): a base path it cannot turn into its handle file, a sec
 broadcast before ``initialize`` or from another root (there is no queue, or vLLM's writer
 is rank 0 by construction), a read-only or non-contiguous peer buffer, a received object of
 another size than the peer's buffer (vLLM delivers objects, it has no receive buffer), a
-negative deadline.  Rank and world size go to vLLM as they are
-(``MessageQueue(n_reader=world_size - 1, ...)``, ``create_from_handle(handle, rank)``), so
-what vLLM does with a bad one is what the suite judges.
+negative deadline, a reader rank outside ``1 .. world_size - 1`` (in vLLM the handle reaches
+readers through a process-group broadcast no such rank can join; the adapter's handle file
+would only make it wait).  Rank 0's world size goes to vLLM as it is
+(``MessageQueue(n_reader=world_size - 1, ...)``), so what vLLM does with a bad one is judged.
 
 Deadlines (capability ``deadlines``), exactly as mapped:
 
@@ -272,6 +273,15 @@ class VllmBroadcaster:
                 entry = write_handle(path, world_size, asdict(queue.export_handle()))
                 self._handle = (path, entry)
             else:
+                if not 0 < rank < world_size:
+                    # vLLM's reader gets the handle from a torch.distributed broadcast over
+                    # its group, which no rank outside the group can join; the adapter's
+                    # handle-file stand-in would wait for it until the connect deadline.
+                    raise _not_asked(
+                        "rank_range",
+                        f"rank {rank} of {world_size} cannot be a member of the group that "
+                        "carries vLLM's queue handle (the adapter's rendezvous stands in for it)",
+                    )
                 connect = self._deadlines["connect"]
                 try:
                     entry = wait_for_handle(
