@@ -207,11 +207,11 @@ def _checked(ctx, bcast, salt: object):
     return raised, raised is None and bytes(buf) == data
 
 
-def _keep_broadcasting(ctx, bcast, phase: str) -> list:
+def _keep_broadcasting(ctx, bcast, phase: str) -> list[tuple[s.Raised | None, bool]]:
     """Broadcast for at least :data:`WINDOW` seconds and :data:`ROUNDS` rounds, so a
     reaction to a stranger that comes late (a listener thread) still falls inside: rank 0
     decides when to stop and says so in the payload's first byte (1 = more, 0 = last)."""
-    calls = []
+    calls: list[tuple[s.Raised | None, bool]] = []
     start = time.monotonic()
     for i in range(MAX_ROUNDS):
         more = i + 1 < ROUNDS or time.monotonic() - start < WINDOW
