@@ -3,7 +3,8 @@
 Without torch the pure parts still run (the endpoint, the interface lookup, the declared
 contract) and the group tests skip.  The group tests fork two ranks each: a broadcast in
 place (bytes, an empty buffer, a tensor), a reset and a re-init, once over the default
-rendezvous (a FileStore next to the base path) and once told an address and a port.
+rendezvous (a TCPStore on loopback at a port the kernel picks, published next to the base
+path) and once told an address and a port.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _free_port() -> int:
 
 
 @needs_torch
-@pytest.mark.parametrize("endpoint", [False, True], ids=["filestore", "endpoint"])
+@pytest.mark.parametrize("endpoint", [False, True], ids=["own-port", "endpoint"])
 def test_two_ranks_broadcast_in_place_reset_and_reinit(endpoint):
     impl = load_implementation(SPEC)
     assert impl.name == "torch gloo broadcast" and "endpoint" in impl.capabilities
