@@ -106,6 +106,7 @@ def _suite_json(suite: SuiteResult) -> dict[str, Any]:
                 "id": r.clause.id,
                 "area": r.clause.area,
                 "level": r.clause.level,
+                "level_by_transport": dict(r.clause.level_by_transport),
                 "scope": r.clause.scope,
                 "title": r.clause.title,
                 "verdict": r.verdict.value,

@@ -375,7 +375,9 @@ def aggregate(
                 unknown.append(cid)
     results = tuple(
         ClauseResult(
-            clause=c,
+            # The level this implementation is judged at (a per-transport override applied):
+            # claims, MUST counts and reports all read it from here.
+            clause=c.for_transport(impl.transport),
             verdict=aggregate_verdict(
                 (ch.verdict for ch in by_clause[c.id]), applies=c.applies_to(impl.transport)
             ),

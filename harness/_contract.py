@@ -54,6 +54,7 @@ class Capability(enum.StrEnum):
     ERROR_DETAILS = "error_details"
     BASE_PATH = "base_path"
     ENDPOINT = "endpoint"
+    ABORT = "abort"
 
 
 REQUIRED_MEMBERS: Final = ("initialize", "broadcast", "reset", "is_initialized")
@@ -66,6 +67,7 @@ CAPABILITY_MEMBERS: Final[Mapping[Capability, tuple[str, ...]]] = {
     Capability.DISPATCH: ("make_dispatcher",),
     Capability.BASE_PATH: ("make_base_path",),
     Capability.ENDPOINT: ("set_endpoint",),
+    Capability.ABORT: ("abort",),
 }
 """Members a capability promises; declaring it without them is a load error."""
 

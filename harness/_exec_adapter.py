@@ -43,6 +43,7 @@ from ._contract import (
     Implementation,
     ImplementationLoadError,
     parse_capabilities,
+    parse_transport,
 )
 from ._exec_errors import ExecDriverError, ExecNotAsked, from_record
 from ._exec_protocol import (
@@ -331,7 +332,9 @@ class ExecBroadcaster:
     ) -> None:
         self.name = hello.name
         self.version = hello.version
-        self.capabilities = frozenset(hello.capabilities)
+        words, transport = split_transport(hello.capabilities)
+        self.capabilities = frozenset(words)
+        self.transport = transport
         self._driver = _Driver(command, program)
         self._driver.handshake()
         self._rank: int | None = None
@@ -492,6 +495,18 @@ def _hello(spec: str, command: tuple[str, ...]) -> Hello:
         driver.close()
 
 
+TRANSPORT_WORD: Final = "transport="
+"""A driver declares its transport profile as one more word of its hello's capabilities,
+``transport=uds-framed`` (absent: ``uds-v1``); older drivers send no such word."""
+
+
+def split_transport(words: Iterable[str]) -> tuple[tuple[str, ...], str]:
+    """The hello's capability words without the ``transport=`` word, and the transport."""
+    caps = tuple(w for w in words if not w.startswith(TRANSPORT_WORD))
+    named = [w[len(TRANSPORT_WORD) :] for w in words if w.startswith(TRANSPORT_WORD)]
+    return caps, parse_transport(named[-1] if named else None, source="exec: hello")
+
+
 def load_exec_implementation(spec: str) -> Implementation:
     """Start the command once, read its hello (name, version, capabilities), stop it.
 
@@ -507,7 +522,8 @@ def load_exec_implementation(spec: str) -> Implementation:
             f"implementation {spec!r}: the driver speaks protocol {hello.protocol}, this "
             f"suite speaks {PROTOCOL_VERSION}"
         )
-    capabilities = parse_capabilities(hello.capabilities, source=f"{spec} hello")
+    words, transport = split_transport(hello.capabilities)
+    capabilities = parse_capabilities(words, source=f"{spec} hello")
     carried = sorted(capabilities & _NOT_CARRIED)
     if carried:
         raise ImplementationLoadError(
@@ -519,5 +535,6 @@ def load_exec_implementation(spec: str) -> Implementation:
         name=hello.name or os.path.basename(command[0]),
         version=hello.version or "unknown",
         capabilities=capabilities,
+        transport=transport,
         factory=partial(ExecBroadcaster, command, hello, _Program(command)),
     )

@@ -48,6 +48,12 @@ TRANSPORT_PROFILES: Final[tuple[TransportProfile, ...]] = (
         "RTP-LLM's Unix-socket wire v1: raw payload bytes over a star of stream sockets",
     ),
     TransportProfile(
+        "uds-framed",
+        "RTP-LLM's framed Unix-socket wire (PR #1119): wire v1's bootstrap, a 16-byte header "
+        "per payload, an acknowledgement from every peer and one shared commit-or-abort "
+        "decision per broadcast",
+    ),
+    TransportProfile(
         "shm",
         "a shared-memory transport: a ring of slots in a segment every rank maps",
     ),

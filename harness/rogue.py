@@ -41,6 +41,12 @@ targets of them; the functions can also be called directly):
 - root ``wrong_probe``: sends a probe byte other than 0x5a
 - root ``dies_mid_broadcast``: probe, then N payload bytes in wire order, then closes
 - root ``recording``: well-behaved; records raw handshakes, sends given payloads
+
+The framed wire's rogues (``framed_peer``, ``framed_root``: a peer that never
+acknowledges, acknowledges twice or wrongly, maps nothing; a root with a wrong magic or
+count, a commit before the acknowledgements, a death between the acknowledgements and the
+commit, an abort for a generation, a careless state file) are functions with hooks, called
+from a rank target; see :mod:`._rogue_framed`.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
+from ._rogue_framed import ACK_BEHAVIOURS, FramedReport, framed_peer, framed_root
 from ._rogue_peer import (
     peer_absent,
     peer_announce,
@@ -72,13 +79,17 @@ from ._rogue_root import (
 )
 
 __all__ = [
+    "ACK_BEHAVIOURS",
     "PEER_BEHAVIOURS",
     "ROOT_BEHAVIOURS",
+    "FramedReport",
     "LinkReport",
     "RogueAction",
     "RogueError",
     "RogueReport",
     "RogueTarget",
+    "framed_peer",
+    "framed_root",
     "rogue_peer",
     "rogue_root",
 ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import errno
 import fcntl
+import mmap
 import os
 import select
 import socket
@@ -32,11 +33,19 @@ from dataclasses import dataclass
 from typing import Any, Final, Self
 
 __all__ = [
+    "ABORT_BIT",
+    "FRAME_ACK",
+    "FRAME_HEADER",
+    "FRAME_MAGIC",
     "PROBE",
     "RANK_STRUCT",
+    "STATE_READY",
+    "STATE_SIZE",
     "CloseKind",
     "CloseObservation",
     "Deadline",
+    "DecisionWords",
+    "FileFacts",
     "PeerCredentials",
     "WireClosedError",
     "WireError",
@@ -46,12 +55,15 @@ __all__ = [
     "connect",
     "expect_closed",
     "listen",
+    "pack_frame_header",
     "pack_rank",
     "peer_credentials",
     "recv_exact",
     "recv_until_eof",
     "send_all",
     "socket_path",
+    "state_path",
+    "unpack_frame_header",
     "unpack_rank",
     "unread",
     "wait_hung_up",
@@ -575,3 +587,98 @@ def wait_hung_up(sock: socket.socket, deadline: Deadline) -> bool:
             return bool(ready[0][1] & (select.POLLHUP | select.POLLRDHUP | select.POLLERR))
         if deadline.expired():
             return False
+
+
+# --------------------------------------------------------------------------- framed wire
+# RTP-LLM's framed wire (PR #1119; shared/reference/rtp_llm_framed_wire.md): wire v1's
+# bootstrap plus a state file of two decision words, a 16-byte header per payload, a 1-byte
+# acknowledgement from every peer and one commit-or-abort decision per generation.
+
+FRAME_MAGIC: Final = 0x5254504C4C4D5450
+"""The header's first 8 bytes as a native u64 ("RTPLLMTP" read big-endian)."""
+FRAME_HEADER: Final = struct.Struct("=QQ")
+"""Magic, then the payload's byte count: native-order u64s, 16 bytes."""
+STATE_READY: Final = 0x6A
+"""A framed peer's byte once it has mapped the state file (bootstrap)."""
+FRAME_ACK: Final = 0x6B
+"""A framed peer's acknowledgement of one whole frame."""
+ABORT_BIT: Final = 0x80000000
+"""Bit 31 of a decision word: the generation below it was aborted."""
+STATE_SIZE: Final = 8
+_DECISION: Final = struct.Struct("=I")
+
+
+def state_path(base_path: str) -> str:
+    """The framed wire's decision file of a group: ``<base_path>.state``."""
+    return f"{base_path}.state"
+
+
+def pack_frame_header(nbytes: int, *, magic: int = FRAME_MAGIC) -> bytes:
+    """A 16-byte header (a rogue passes another ``magic`` or ``nbytes`` on purpose)."""
+    return FRAME_HEADER.pack(magic, nbytes)
+
+
+def unpack_frame_header(data: bytes) -> tuple[int, int]:
+    """(magic, nbytes) of a 16-byte header."""
+    magic, nbytes = FRAME_HEADER.unpack(data)
+    return int(magic), int(nbytes)
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What ``lstat`` said about a file: how a byte-level rank judges the state file."""
+
+    kind: str
+    mode: int
+    uid: int
+    size: int
+
+    @classmethod
+    def of(cls, path: str) -> FileFacts | None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        kind = (
+            "regular"
+            if stat.S_ISREG(st.st_mode)
+            else "symlink"
+            if stat.S_ISLNK(st.st_mode)
+            else "other"
+        )
+        return cls(kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_size)
+
+
+class DecisionWords:
+    """The two decision words of a framed group, mapped by a byte-level rank.
+
+    Reads and plain writes only: a rogue publishes with a store, not a compare-and-swap,
+    because it plays one rank at a time and means to race nobody.
+    """
+
+    def __init__(self, path: str, *, create_mode: int | None = None) -> None:
+        """Open ``path`` (``create_mode``: create it exclusively with that mode, 8 bytes)."""
+        if create_mode is None:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        else:
+            fd = os.open(
+                path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, create_mode
+            )
+            os.fchmod(fd, create_mode)
+            os.ftruncate(fd, STATE_SIZE)
+        try:
+            self._map = mmap.mmap(fd, STATE_SIZE, mmap.MAP_SHARED)
+        finally:
+            os.close(fd)
+
+    def load(self, generation: int) -> int:
+        return int(_DECISION.unpack_from(self._map, 4 * (generation & 1))[0])
+
+    def store(self, generation: int, value: int) -> None:
+        _DECISION.pack_into(self._map, 4 * (generation & 1), value)
+
+    def words(self) -> tuple[int, int]:
+        return self.load(0), self.load(1)
+
+    def close(self) -> None:
+        self._map.close()

@@ -53,6 +53,7 @@ from ._errors import (
     SecurityError,
     errno_name,
 )
+from ._framed import DecisionBoard
 from ._io import Deadline, Site, recv_exact, send_all
 from ._paths import FileId, ensure_private_dir, file_id, prepare_socket_path, unlink_if_same
 from ._wire import PROBE, PROBE_BYTE, RANK_SIZE, pack_rank, socket_address, unpack_rank
@@ -79,6 +80,11 @@ class Links:
     # thread); -1 when closed, like every other fd here.
     abort_r: int = -1
     abort_w: int = -1
+    # The framed wire's shared decision words (None on wire v1), and rank 0's state file
+    # while it still exists (only until every peer has mapped it).
+    board: DecisionBoard | None = None
+    state_path: str | None = None
+    state_id: FileId | None = None
 
     def open_abort_pipe(self) -> None:
         self.abort_r, self.abort_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -107,6 +113,13 @@ class Links:
         # a forked child or a newer group at the same path must keep theirs.
         if unlink and self.socket_path is not None and self.owner_pid == os.getpid():
             unlink_if_same(self.socket_path, self.socket_id)
+        if self.board is not None:
+            self.board.close()
+            self.board = None
+        if unlink and self.state_path is not None:
+            unlink_if_same(self.state_path, self.state_id)
+        self.state_path = None
+        self.state_id = None
         self.socket_path = None
         self.socket_id = None
         self.owner_pid = None

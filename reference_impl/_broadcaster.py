@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from ._bootstrap import Links, bootstrap_peer, bootstrap_root, path_label
+from ._bootstrap_framed import framed_bootstrap_peer, framed_bootstrap_root
 from ._buffers import flat_buffer, prepare_buffers
 from ._config import BroadcasterConfig
 from ._errors import (
@@ -46,6 +47,8 @@ from ._errors import (
     NotInitializedError,
     ReinitMismatchError,
 )
+from ._exchange import Turn, check_not_stale, peer_exchange, root_exchange
+from ._framed import ABORT_BIT, broadcast_timeout_from_env, next_generation
 from ._io import Deadline, Site, make_poller, recv_exact, send_all, send_views
 from ._wire import check_path_length, socket_path
 
@@ -150,6 +153,8 @@ class CpuTpBroadcaster:
         self._bytes_sent = 0
         self._bytes_received = 0
         self._broadcasts = 0
+        # The framed wire's generation of the last committed broadcast (0 after initialize).
+        self._committed = 0
 
     # -- guards -------------------------------------------------------------
 
@@ -248,6 +253,15 @@ class CpuTpBroadcaster:
                     self._world_size,
                     self._base_path,
                 ):
+                    if self._broken is not None and self.config.wire == "framed":
+                        # Upstream returns silently and stays failed; a caller that
+                        # re-initializes to recover must hear that it did not.
+                        raise BrokenBroadcasterError(
+                            f"initialize() on a failed instance ({self._broken}) does not "
+                            "recover it; call reset() first, then initialize()",
+                            rank=self._rank,
+                            phase="initialize",
+                        )
                     return
                 raise ReinitMismatchError(
                     f"re-init mismatch: was rank={self._rank} world_size={self._world_size} "
@@ -258,9 +272,22 @@ class CpuTpBroadcaster:
                 )
             cfg = config if config is not None else self._default_config
             path = socket_path(base_path)
+            io_timeout = cfg.io_timeout
             if world_size > 1:
                 abstract = cfg.abstract_namespace
-                if rank == 0:
+                if cfg.wire == "framed":
+                    given, from_env = broadcast_timeout_from_env(os.environ)
+                    if given:
+                        io_timeout = from_env
+                    if rank == 0:
+                        links = framed_bootstrap_root(
+                            world_size, base_path, path, cfg, abstract=abstract
+                        )
+                    else:
+                        links = framed_bootstrap_peer(
+                            rank, world_size, base_path, path, cfg, abstract=abstract
+                        )
+                elif rank == 0:
                     links = bootstrap_root(world_size, path, cfg, abstract=abstract)
                 else:
                     links = bootstrap_peer(rank, world_size, path, cfg, abstract=abstract)
@@ -275,7 +302,8 @@ class CpuTpBroadcaster:
                 )
             self._rank, self._world_size, self._base_path = rank, world_size, base_path
             self._config = cfg
-            self._deadline = Deadline(cfg.io_timeout)
+            self._deadline = Deadline(io_timeout)
+            self._committed = 0
             self._initialized = True
 
     def broadcast(self, buffers: object, root: int = 0) -> None:
@@ -321,6 +349,9 @@ class CpuTpBroadcaster:
             # The hot path: one flat byte buffer, handed to the socket as it is.
             route = self._route
             total = len(data)
+            if route is not None and self._links.board is not None:
+                self._framed([memoryview(data).cast("B")], total, is_root, route)
+                return
             if route is None or total == 0:  # world_size 1 (no route) or nothing to move
                 self._broadcasts += 1
                 return
@@ -356,6 +387,10 @@ class CpuTpBroadcaster:
         try:
             total = prepared.total
             route = self._route
+            if route is not None and self._links.board is not None:
+                self._framed(prepared.views, total, is_root, route)
+                prepared.finish()
+                return
             if route is None or total == 0:
                 self._broadcasts += 1
                 return
@@ -372,6 +407,63 @@ class CpuTpBroadcaster:
             self._broadcasts += 1
         finally:
             prepared.release()
+
+    def _framed(self, views: list[memoryview], total: int, is_root: bool, route: _Route) -> None:
+        """One framed broadcast (``_exchange``), zero bytes included: every call is a
+        frame, so a rank whose size differs from rank 0's is detected, never skipped."""
+        board = self._links.board
+        assert board is not None and self._rank is not None
+        generation = next_generation(self._committed)
+        deadline = self._deadline.restart()
+        try:
+            seen = check_not_stale(board, generation, self._rank)
+            turn = Turn(board, generation, seen, deadline, route.abort_fd)
+            if is_root:
+                root_exchange(route.links, views, total, turn)
+                self._bytes_sent += total * len(route.links)
+            else:
+                peer_exchange(route.links[0], views, total, turn)
+                self._bytes_received += total
+        except BaseException as exc:
+            self._break(exc)
+            raise
+        self._committed = generation
+        self._broadcasts += 1
+
+    def abort(self, reason: str) -> None:
+        """Fail the group's next broadcast on purpose (a rank's own validation failed).
+
+        Framed wire: publishes the abort of the next generation in the shared words, so
+        every other rank's next broadcast raises before any I/O; v1 (no shared decision):
+        closes the links, so the others fail on EOF.  Either way this instance is failed
+        until ``reset()``, also at world size 1 (upstream's abort is a silent no-op there).
+        Repeating it is a no-op; it is refused while a broadcast runs.
+
+        :raises NotInitializedError: before ``initialize``.
+        :raises BroadcastError: in flight, or the next generation is already committed.
+        """
+        with self._guard("abort"):
+            if not self._initialized:
+                raise NotInitializedError(
+                    f"abort({reason!r}) called before initialize (or after reset)",
+                    phase="abort",
+                )
+            if self._broken is not None:
+                return
+            board = self._links.board
+            if board is not None:
+                generation = next_generation(self._committed)
+                seen = board.load(generation)
+                if seen != generation | ABORT_BIT:
+                    decided = board.publish(generation, seen, generation | ABORT_BIT)
+                    if decided == generation:
+                        raise BroadcastError(
+                            f"cannot abort generation {generation}: it is already committed "
+                            f"({reason})",
+                            rank=self._rank,
+                            phase="abort",
+                        )
+            self._break(BroadcastError(f"abort({reason!r})", rank=self._rank, phase="abort"))
 
     def reset(self) -> None:
         """Close every connection, remove rank 0's socket file, forget the group.
@@ -483,6 +575,9 @@ class CpuTpBroadcaster:
         # see EOF/EPIPE now instead of hanging until their io_timeout.
         for index, sock in enumerate(self._links.peers):
             if sock is not None:
+                # shutdown first: a forked child's copy of the fd must not keep the link up.
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
                 self._links.peers[index] = None
 

@@ -12,10 +12,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Final
 
 from ._errors import ConfigurationError
 
-__all__ = ["BroadcasterConfig"]
+__all__ = ["WIRES", "BroadcasterConfig"]
+
+#: The wires the reference speaks: RTP-LLM's raw-payload wire and its framed redesign.
+WIRES: Final = ("v1", "framed")
 
 
 def _check_seconds(name: str, value: object, *, allow_none: bool = False) -> None:
@@ -51,6 +55,9 @@ class BroadcasterConfig:
         only fence, so keep ``require_same_uid``).
     :param verify_socket_dir: rank 0 creates the socket directory 0700, or
         verifies an existing one (ours, no group/other bits, not a symlink).
+    :param wire: ``"v1"`` (raw payloads, RTP-LLM PR #960) or ``"framed"`` (a header,
+        an acknowledgement from every peer and one shared commit-or-abort decision per
+        broadcast, PR #1119): the same broadcaster speaks either, chosen per group.
     """
 
     connect_timeout: float = 120.0
@@ -61,6 +68,7 @@ class BroadcasterConfig:
     allowed_uids: tuple[int, ...] = ()
     abstract_namespace: bool = False
     verify_socket_dir: bool = True
+    wire: str = "v1"
 
     def __post_init__(self) -> None:
         _check_seconds("connect_timeout", self.connect_timeout)
@@ -72,6 +80,8 @@ class BroadcasterConfig:
             if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
                 raise ConfigurationError(f"allowed_uids must hold uids >= 0, got {uid!r}")
         object.__setattr__(self, "allowed_uids", uids)
+        if self.wire not in WIRES:
+            raise ConfigurationError(f"wire must be one of {', '.join(WIRES)}, got {self.wire!r}")
         for flag in ("require_same_uid", "abstract_namespace", "verify_socket_dir"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag} must be a bool, got {getattr(self, flag)!r}")

@@ -16,7 +16,7 @@ from ._broadcaster import BroadcasterStatistics, CpuTpBroadcaster
 from ._config import BroadcasterConfig
 from ._paths import make_base_path
 
-__all__ = ["CAPABILITIES", "ReferenceAdapter", "make"]
+__all__ = ["CAPABILITIES", "FRAMED_CAPABILITIES", "ReferenceAdapter", "make", "make_framed"]
 
 CAPABILITIES: Final = frozenset(
     {
@@ -32,6 +32,10 @@ CAPABILITIES: Final = frozenset(
         "base_path",
     }
 )
+#: The framed wire adds ``abort(reason)`` (the group's next broadcast fails on every rank).
+FRAMED_CAPABILITIES: Final = CAPABILITIES | {"abort"}
+#: Which transport profile each wire of ours is judged on.
+_TRANSPORT_OF_WIRE: Final = {"v1": "uds-v1", "framed": "uds-framed"}
 
 
 def _version() -> str:
@@ -49,12 +53,13 @@ class ReferenceAdapter:
     to the next ``initialize``.
     """
 
-    name: Final = "tpbcast-reference"
-    capabilities: Final = CAPABILITIES
-
     def __init__(self, config: BroadcasterConfig | None = None) -> None:
         self.version = _version()
         self._config = config if config is not None else BroadcasterConfig()
+        framed = self._config.wire == "framed"
+        self.name = "tpbcast-reference-framed" if framed else "tpbcast-reference"
+        self.transport = _TRANSPORT_OF_WIRE[self._config.wire]
+        self.capabilities = FRAMED_CAPABILITIES if framed else CAPABILITIES
         self._defaults = self._config
         self.broadcaster = CpuTpBroadcaster(self._config)
 
@@ -107,6 +112,10 @@ class ReferenceAdapter:
 
     def reset(self) -> None:
         self.broadcaster.reset()
+
+    def abort(self, reason: str) -> None:
+        """The ``abort`` capability: fail the group's next broadcast on every rank."""
+        self.broadcaster.abort(reason)
 
     def is_initialized(self) -> bool:
         return self.broadcaster.is_initialized()
@@ -173,5 +182,10 @@ class ReferenceAdapter:
 
 
 def make() -> ReferenceAdapter:
-    """Factory for ``load_implementation``: a fresh, uninitialized adapter."""
+    """Factory for ``load_implementation``: a fresh, uninitialized adapter (wire v1)."""
     return ReferenceAdapter()
+
+
+def make_framed() -> ReferenceAdapter:
+    """The same broadcaster speaking the framed wire (transport ``uds-framed``)."""
+    return ReferenceAdapter(BroadcasterConfig(wire="framed"))

@@ -223,7 +223,7 @@ def _run(subject, verdicts, wall, levels=None):
 
 
 def test_matrix_judgement_and_reports():
-    reference, native, _shm_ring = mt.baselines()
+    reference, native, *_ = mt.baselines()
     killed = mt.Subject("m_killed", "x:make", "d", kills=("INIT-1",))
     survivor = mt.Subject("m_survivor", "x:make", "d", kills=("INIT-1", "FAULT-5"))
     control = mt.Subject("m_control", "x:make", "d", must_pass=True)

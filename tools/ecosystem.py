@@ -100,6 +100,11 @@ NATIVE_EXPECTATIONS: Final = "conformance/adapters/native/expectations.toml"
 ENTRIES: Final = (
     Entry(REFERENCE_NAME, mt.REFERENCE, "tpbcast's Python reference (wire v1 over a Unix socket)"),
     Entry(
+        "reference-framed",
+        mt.REFERENCE_FRAMED,
+        "the same reference speaking RTP-LLM's framed wire (PR #1119, transport uds-framed)",
+    ),
+    Entry(
         "native",
         mt.NATIVE,
         "the native C example (wire v1) through ctypes",

@@ -51,6 +51,9 @@ NATIVE: Final = "tpbcast.conformance.adapters.native.adapter:make"
 # The shared-memory ring written for the suite (transport "shm"): the baseline of the
 # m_shm_* mutants; every uds-v1 clause is NOT_APPLICABLE for it.
 SHM_RING: Final = "mutants.shm_ring:make"
+# The reference's framed mode (transport "uds-framed"): the baseline of the m_framed_*
+# mutants; the raw-payload clauses of uds-v1 are NOT_APPLICABLE for it.
+REFERENCE_FRAMED: Final = "tpbcast.reference_impl.conformance_adapter:make_framed"
 RATIO_LIMIT: Final = 2.0
 _CELL: Final = {
     "PASS": "P",
@@ -228,6 +231,12 @@ def baselines() -> list[Subject]:
             "clause",
             baseline=True,
         ),
+        Subject(
+            "reference-framed",
+            REFERENCE_FRAMED,
+            "the reference's framed mode (transport uds-framed): must FAIL no MUST clause",
+            baseline=True,
+        ),
     ]
 
 
@@ -307,7 +316,11 @@ def judge(runs: Sequence[Run]) -> list[Row]:
     references = [r for r in runs if r.subject.spec == REFERENCE and r.doc is not None]
     # The correct implementations a mutant is cut from (the native example is a baseline
     # of MUST clauses only: it FAILs SHOULD ones by design).
-    correct = [r for r in runs if r.subject.spec in (REFERENCE, SHM_RING) and r.doc is not None]
+    correct = [
+        r
+        for r in runs
+        if r.subject.spec in (REFERENCE, SHM_RING, REFERENCE_FRAMED) and r.doc is not None
+    ]
     rows = []
     for run in runs:
         subject = run.subject
@@ -650,6 +663,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         shm_rows = any(s.name.startswith("m_shm_") for s in subjects)
         if not args.no_baselines and shm_rows and shm not in subjects:
             subjects.insert(1, shm)  # what an shm mutant's kills are checked against
+        framed = next(s for s in everything if s.spec == REFERENCE_FRAMED)
+        framed_rows = any(s.name.startswith("m_framed_") for s in subjects)
+        if not args.no_baselines and framed_rows and framed not in subjects:
+            subjects.insert(1, framed)  # what a framed mutant's kills are checked against
     else:
         subjects = everything
         if args.fast:

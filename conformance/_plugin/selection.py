@@ -40,6 +40,7 @@ def list_lines(selectors: Sequence[str] = (), registry: str | None = None) -> li
     lines = []
     for c in clauses:
         extra = f" [needs {', '.join(c.capabilities)}]" if c.capabilities else ""
+        extra += "".join(f" [{lvl} for {t}]" for t, lvl in c.level_by_transport)
         lines.append(f"{c.id:<{width}}  {c.level:<6}  {c.scope:<{scope_width}}  {c.title}{extra}")
     if chosen is not None:
         return lines

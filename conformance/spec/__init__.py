@@ -18,6 +18,7 @@ Command line::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import tomllib
@@ -68,6 +69,7 @@ AREAS: Final = (
     "ADAPT",
     "SHM",
     "TCP",
+    "FRAME",
 )
 #: RFC 2119 levels, strongest first.
 LEVELS: Final = ("MUST", "SHOULD", "MAY")
@@ -105,6 +107,8 @@ CAPABILITIES: Final[Mapping[str, str]] = {
     "tp_rank=None, dp_rank=None)` is idempotent and refuses explicit ranks that disagree with "
     "the layout",
     "error_details": "errors carry `rank/peer/phase/...` attributes",
+    "abort": "`abort(reason: str)` between broadcasts: the group's next broadcast raises on "
+    "every rank (FRAME-10)",
     "base_path": "`make_base_path(dp_rank=0, *, session_id=None, base_dir=None, environ=None, "
     "key=None) -> str`: the base-path helper (SEC-13 to SEC-17)",
     "endpoint": "`set_endpoint(host: str, port: int)` before `initialize`: the IP address the "
@@ -126,6 +130,7 @@ _CLAUSE_KEYS: Final = frozenset(
         "scope",
         "upstream",
         "upstream_note",
+        "level_by_transport",
     }
 )
 _REQUIRED_CLAUSE_KEYS: Final = ("id", "area", "level", "title", "requirement", "rationale")
@@ -176,11 +181,34 @@ class Clause:
     ``core`` or ``dispatch`` clause, which applies to every transport."""
     upstream: str | None = None
     upstream_note: str = ""
+    level_by_transport: tuple[tuple[str, str], ...] = ()
+    """(transport, level) pairs where the clause binds differently than :attr:`level`: the
+    registry's ``level_by_transport = { "uds-framed" = "MUST" }`` (a guarantee every
+    transport SHOULD give and one transport's design MUST).  Resolved for one
+    implementation by :meth:`for_transport`."""
 
     @property
     def anchor(self) -> str:
         """``WIRE-1`` -> ``wire-1``: reports link to ``SPEC.md#wire-1``."""
         return self.id.lower()
+
+    def level_on(self, transport: str) -> str:
+        """The level an implementation of ``transport`` is judged at."""
+        return dict(self.level_by_transport).get(transport, self.level)
+
+    def for_transport(self, transport: str) -> Clause:
+        """This clause as an implementation of ``transport`` is judged on it: its level
+        resolved (the override table kept, so a report can still say why)."""
+        level = self.level_on(transport)
+        return self if level == self.level else dataclasses.replace(self, level=level)
+
+    @property
+    def level_label(self) -> str:
+        """``"SHOULD"``, or ``"SHOULD (MUST for uds-framed)"`` with an override."""
+        if not self.level_by_transport:
+            return self.level
+        extra = "; ".join(f"{lvl} for {t}" for t, lvl in self.level_by_transport)
+        return f"{self.level} ({extra})"
 
     def applies_to(self, transport: str) -> bool:
         """True if an implementation of ``transport`` is judged on this clause: core and
@@ -443,6 +471,7 @@ def _build_clause(raw: Mapping[str, Any], where: str, problems: list[str]) -> Cl
         transports=tuple(s for s in scope if s not in EVERY_TRANSPORT_SCOPES),
         upstream=None if raw.get("upstream") is None else str(raw["upstream"]),
         upstream_note=" ".join(str(raw.get("upstream_note", "")).split()),
+        level_by_transport=_level_overrides(raw.get("level_by_transport", {}), cid, problems),
     )
     problems.extend(_clause_problems(clause, match["area"]))
     return clause
@@ -463,6 +492,36 @@ def _scope(value: object, cid: str, problems: list[str]) -> tuple[str, ...]:
             "dispatch clause already applies to every transport"
         )
     return names
+
+
+def _override_problems(c: Clause) -> Iterator[str]:
+    """``level_by_transport``: known transports inside the clause's scope, known levels,
+    each different from the clause's own."""
+    for transport, level in c.level_by_transport:
+        if transport not in transport_names():
+            yield (
+                f"{c.id}: level_by_transport names {transport!r}, not a transport profile "
+                f"({', '.join(transport_names())})"
+            )
+        elif not c.applies_to(transport):
+            yield f"{c.id}: level_by_transport names {transport!r}, outside its scope"
+        if level not in LEVELS:
+            yield (
+                f"{c.id}: level_by_transport[{transport!r}] {level!r} is not one of "
+                f"{', '.join(LEVELS)}"
+            )
+        elif level == c.level:
+            yield f"{c.id}: level_by_transport[{transport!r}] repeats the clause's own level"
+
+
+def _level_overrides(value: object, cid: str, problems: list[str]) -> tuple[tuple[str, str], ...]:
+    """``level_by_transport``: a table of transport -> level (checked in _clause_problems)."""
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        problems.append(f"{cid}: 'level_by_transport' must be a table of transport = level")
+        return ()
+    return tuple((str(k), str(v)) for k, v in value.items())
 
 
 def _string_list(value: object, where: str, problems: list[str]) -> tuple[str, ...]:
@@ -494,5 +553,6 @@ def _clause_problems(c: Clause, id_area: str) -> Iterator[str]:
                 f"{c.id}: scope {name!r} is not one of {', '.join(known)} (a transport scope "
                 "is a row of tpbcast.harness.adapter.TRANSPORT_PROFILES)"
             )
+    yield from _override_problems(c)
     if c.upstream is not None and c.upstream not in UPSTREAM_STATES:
         yield f"{c.id}: upstream {c.upstream!r} not one of {', '.join(UPSTREAM_STATES)}"

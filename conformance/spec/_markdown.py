@@ -276,7 +276,8 @@ def _render_index(spec: Spec) -> list[str]:
     out.append("| id | level | scope | title | upstream |")
     out.append("|---|---|---|---|---|")
     out.extend(
-        f"| [{c.id}](#{c.anchor}) | {c.level} | {c.scope} | {_md(c.title)} | {c.upstream or ''} |"
+        f"| [{c.id}](#{c.anchor}) | {c.level_label} | {c.scope} | {_md(c.title)} "
+        f"| {c.upstream or ''} |"
         for c in spec
     )
     out.append("")
@@ -290,12 +291,13 @@ def _render_area(spec: Spec, area: Area) -> list[str]:
     for c in spec.by_area(area.id):
         out.append(f'<a id="{c.anchor}"></a>')
         out.append("")
-        out.append(f"### {c.id} ({c.level}): {_md(c.title)}")
+        out.append(f"### {c.id} ({c.level_label}): {_md(c.title)}")
         out.append("")
         out.append(f"**Requirement.** {_md(c.requirement)}")
         out.append("")
         caps = ", ".join(f"`{cap}`" for cap in c.capabilities) or "none"
-        out.append(f"- Level: **{c.level}**; scope: {c.scope}; capabilities: {caps}")
+        overrides = "".join(f" (**{lvl}** for {t})" for t, lvl in c.level_by_transport)
+        out.append(f"- Level: **{c.level}**{overrides}; scope: {c.scope}; capabilities: {caps}")
         out.append(f"- Rationale: {_md(c.rationale)}")
         if c.upstream is not None:
             note = f" ({_md(c.upstream_note)})" if c.upstream_note else ""

@@ -624,10 +624,11 @@ def test_one_hierarchy_with_standard_bases(tpbcast_run, tpbcast_impl):
     def target(ctx):
         bcast = s.short(tpbcast_impl, connect=0.2)
         errors = {
-            "configuration": s.attempt(bcast.initialize, 0, 0, ctx.base_path),
             "not initialized": s.attempt(bcast.broadcast, bytearray(1)),
-            "timeout": s.attempt(bcast.initialize, 1, 2, ctx.base_path),
+            "configuration": s.attempt(bcast.initialize, 0, 0, ctx.base_path),
         }
+        bcast.reset()  # also after a world size 0 it accepted (INIT-1's subject)
+        errors["timeout"] = s.attempt(bcast.initialize, 1, 2, ctx.base_path)
         bcast.reset()
         with open(wire.socket_path(ctx.base_path), "w") as fh:
             fh.write("not a socket")
@@ -644,9 +645,11 @@ def test_one_hierarchy_with_standard_bases(tpbcast_run, tpbcast_impl):
     }
     for kind, base in want.items():
         raised = errors[kind]
+        if raised is None:
+            continue  # no such error to judge: the call did not fail (another clause's)
         s.check(
             "FAULT-10",
-            raised is not None and raised.is_a(base),
+            raised.is_a(base),
             f"a {kind} error is also a {base}",
             raised,
         )

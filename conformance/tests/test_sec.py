@@ -497,6 +497,7 @@ def test_two_groups_in_one_directory(tpbcast_run, tpbcast_impl):
         )
 
 
+@pytest.mark.staged_via("uds-v1")  # a byte-level wire-v1 peer
 @pytest.mark.clause("SEC-10")
 def test_abstract_namespace_mode(tpbcast_run, tpbcast_impl):
     """MAY: with abstract mode on, the address is NUL + path and no file is created; a

@@ -22,6 +22,7 @@ from . import _support as s
 from . import _watch
 
 
+@pytest.mark.staged_via("uds-v1")  # byte-level wire-v1 ranks (raw payloads, no 0x6a)
 @pytest.mark.clause("WIRE-1", "WIRE-4", "WIRE-6", "WIRE-9", "WIRE-12")
 @pytest.mark.world_size(2, 3)
 def test_root_sends_raw_payloads_to_byte_level_peers(tpbcast_run, tpbcast_impl, world_size):
@@ -86,6 +87,7 @@ def test_root_sends_raw_payloads_to_byte_level_peers(tpbcast_run, tpbcast_impl, 
         )
 
 
+@pytest.mark.staged_via("uds-v1")  # byte-level wire-v1 ranks (raw payloads, no 0x6a)
 @pytest.mark.clause("WIRE-1", "WIRE-2", "WIRE-8", "WIRE-9", "WIRE-12")
 @pytest.mark.world_size(2, 4)
 def test_peers_speak_wire_v1_to_byte_level_root(tpbcast_run, tpbcast_impl, world_size):
@@ -155,6 +157,7 @@ def test_peers_speak_wire_v1_to_byte_level_root(tpbcast_run, tpbcast_impl, world
         )
 
 
+@pytest.mark.staged_via("uds-v1")  # byte-level wire-v1 ranks (raw payloads, no 0x6a)
 @pytest.mark.clause("WIRE-4")
 def test_probe_only_after_every_peer_announced(tpbcast_run, tpbcast_impl):
     """Peer 1 is in and announced; while peer 2 stays away, no probe may arrive."""
@@ -201,6 +204,7 @@ def test_probe_only_after_every_peer_announced(tpbcast_run, tpbcast_impl):
     )
 
 
+@pytest.mark.staged_via("uds-v1")  # byte-level wire-v1 ranks (raw payloads, no 0x6a)
 @pytest.mark.clause("WIRE-3", "WIRE-6")
 def test_payload_goes_to_peer_1_first_whatever_the_connect_order(tpbcast_run, tpbcast_impl):
     """Peer 2 connects first; the payload (bigger than a socket buffer) still goes to
@@ -368,6 +372,7 @@ def _try_connect(path):
     return how, None
 
 
+@pytest.mark.staged_via("uds-v1")  # byte-level wire-v1 ranks (raw payloads, no 0x6a)
 @pytest.mark.clause("WIRE-10")
 def test_backlog_queues_every_peer_while_rank0_is_stopped(tpbcast_run, tpbcast_impl):
     """Rank 0 is stopped (SIGSTOP) as soon as it listens, before anyone connects; then

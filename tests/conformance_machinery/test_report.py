@@ -176,7 +176,8 @@ def test_exit_status_of_the_synthetic_runs(spec: Spec, suite: SuiteResult) -> No
 CLAUSE_KEYS = {
     "id",
     "area",
-    "level",
+    "level",  # as judged for this implementation's transport (overrides applied)
+    "level_by_transport",  # the clause's per-transport levels ({} for most)
     "scope",  # the transport profile: core, uds-v1, shm or dispatch
     "title",
     "verdict",

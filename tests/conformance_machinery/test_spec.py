@@ -65,7 +65,7 @@ def test_ids_match_area_and_are_numbered_from_one_without_gaps(spec: Spec) -> No
 
 
 def test_every_clause_cites_its_source(spec: Spec) -> None:
-    sources = ("PR #960", "Upstream §", "upstream §", "DESIGN.md", "Harness anchors")
+    sources = ("PR #960", "Upstream §", "upstream §", "Framed §", "DESIGN.md", "Harness anchors")
     for c in spec:
         assert any(s in c.rationale for s in sources), (c.id, c.rationale)
         assert c.requirement.endswith("."), c.id
@@ -107,7 +107,11 @@ def test_needs_test_is_must_or_should(spec: Spec) -> None:
     assert needing
     assert {c.id for c in needing} == {c.id for c in spec if c.level in ("MUST", "SHOULD")}
     base_path = [spec[f"SEC-{n}"] for n in range(13, 18)]
-    assert all(c.scope == "core" and c.capabilities == ("base_path",) for c in base_path)
+    # wire v1's path helper (sun_path limit, RTP-LLM env, _dp suffix): scoped to uds-v1
+    assert all(
+        c.transports == ("uds-v1", "uds-framed") and c.capabilities == ("base_path",)
+        for c in base_path
+    )
     assert set(base_path) <= set(needing)
 
 
@@ -123,8 +127,10 @@ def test_every_clause_of_the_registry_declares_its_scope_explicitly() -> None:
 
 
 def test_transport_clauses_apply_only_to_their_transport(spec: Spec) -> None:
-    wire, core, dispatch = spec["WIRE-1"], spec["BCAST-1"], spec["FALLBACK-1"]
+    wire, core, dispatch = spec["WIRE-6"], spec["BCAST-1"], spec["FALLBACK-1"]
     assert (wire.scope, core.scope, dispatch.scope) == ("uds-v1", "core", "dispatch")
+    shared = spec["WIRE-1"]  # the bootstrap both Unix-socket wires speak
+    assert shared.transports == ("uds-v1", "uds-framed") and not shared.applies_to("shm")
     assert wire.applies_to("uds-v1") and not wire.applies_to("shm")
     assert core.applies_to("uds-v1") and core.applies_to("shm")
     assert dispatch.applies_to("shm")
@@ -193,7 +199,7 @@ def test_spec_md_anchors_are_unique_and_cover_every_clause(spec: Spec) -> None:
 def test_spec_md_shows_every_clause_with_its_requirement(spec: Spec) -> None:
     text = render_markdown(spec)
     for c in spec:
-        assert f"### {c.id} ({c.level}): " in text
+        assert f"### {c.id} ({c.level_label}): " in text
     assert "&lt;base_path&gt;_0.sock" in text  # titles are escaped outside code spans
     for noted in spec.noted:
         assert noted.source in text
@@ -332,3 +338,37 @@ def test_published_ids_are_never_dropped_or_renumbered(spec: Spec) -> None:
         f"new clause ids {new}: append them to {ID_LOCK.name} "
         "(python -m tpbcast.conformance.spec --list | awk '{print $1}')"
     )
+
+
+def test_a_per_transport_level_is_resolved_for_the_judged_implementation():
+    """FAULT-12 is SHOULD in general and MUST for uds-framed: the results of a uds-framed
+    implementation (and only those) count it as a MUST clause; --list and SPEC.md say both."""
+    from tpbcast.conformance._results import ImplementationInfo, aggregate
+    from tpbcast.conformance.plugin import list_lines
+
+    spec = load_spec()
+    clause = spec["FAULT-12"]
+    assert clause.level == "SHOULD" and clause.level_on("uds-framed") == "MUST"
+    assert clause.level_on("uds-v1") == "SHOULD" and clause.level_on("shm") == "SHOULD"
+    assert clause.level_label == "SHOULD (MUST for uds-framed)"
+    for transport, level in (("uds-framed", "MUST"), ("uds-v1", "SHOULD")):
+        suite = aggregate(
+            spec, [], implementation=ImplementationInfo(transport=transport), clauses=[clause]
+        )
+        assert suite.clauses[0].clause.level == level
+    assert any("FAULT-12" in line and "[MUST for uds-framed]" in line for line in list_lines())
+    assert "SHOULD (MUST for uds-framed)" in SPEC_MD_PATH.read_text()
+
+
+def test_a_bad_per_transport_level_is_refused(tmp_path):
+    text = SPEC_TOML_PATH.read_text().replace(
+        'level_by_transport = { "uds-framed" = "MUST" }',
+        'level_by_transport = { "uds-framd" = "MUST", "uds-v1" = "SHOULD" }',
+    )
+    bad = tmp_path / "clauses.toml"
+    bad.write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_spec(bad)
+    problems = "\n".join(info.value.problems)
+    assert "'uds-framd', not a transport profile" in problems
+    assert "repeats the clause's own level" in problems

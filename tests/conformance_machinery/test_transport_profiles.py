@@ -201,14 +201,14 @@ def test_a_test_staged_through_another_transport_is_not_run_and_never_passes(run
 
 def test_list_shows_each_clauses_scope() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "tpbcast.conformance", "--list", "WIRE-1", "BCAST-1", "FALLBACK-1"],
+        [sys.executable, "-m", "tpbcast.conformance", "--list", "WIRE-6", "BCAST-1", "FALLBACK-1"],
         capture_output=True,
         text=True,
         check=True,
         timeout=120,
     )
     rows = [line.split()[:3] for line in proc.stdout.splitlines()]
-    assert ["WIRE-1", "MUST", "uds-v1"] in rows, proc.stdout
+    assert ["WIRE-6", "MUST", "uds-v1"] in rows, proc.stdout
     assert ["BCAST-1", "MUST", "core"] in rows, proc.stdout
     assert ["FALLBACK-1", "MUST", "dispatch"] in rows, proc.stdout
 
@@ -218,7 +218,7 @@ def test_an_unknown_transport_is_refused_with_a_hint() -> None:
     assert parse_transport("shm") == "shm"
     with pytest.raises(UnknownTransportError, match=r"unknown transport 'shmm'.*'shm'") as info:
         parse_transport("shmm", source="x:make transport")
-    assert "TRANSPORT_PROFILES" in str(info.value) and "uds-v1, shm" in str(info.value)
+    assert "TRANSPORT_PROFILES" in str(info.value) and "uds-v1, uds-framed, shm" in str(info.value)
 
 
 # --------------------------------------------------------------------------- fuzz staging

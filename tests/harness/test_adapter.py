@@ -73,6 +73,7 @@ def test_capability_names_match_the_design():
         "error_details",
         "base_path",
         "endpoint",
+        "abort",
     }
     assert a.Capability.TENSORS == "tensors"  # a StrEnum compares as its name
     assert a.REQUIRED_MEMBERS == ("initialize", "broadcast", "reset", "is_initialized")
@@ -214,7 +215,7 @@ def test_parse_capabilities():
     assert a.parse_capabilities("") == frozenset()
     with pytest.raises(a.UnknownCapabilityError, match=r"'secure-dir' in --caps - did you mean"):
         a.parse_capabilities("secure-dir", source="--caps")
-    with pytest.raises(a.UnknownCapabilityError, match="known: abstract_namespace"):
+    with pytest.raises(a.UnknownCapabilityError, match="known: abort, abstract_namespace"):
         a.parse_capabilities(["zzz"])
     with pytest.raises(a.UnknownCapabilityError, match="iterable of names, got int"):
         a.parse_capabilities(3)  # type: ignore[arg-type]

@@ -35,12 +35,15 @@ TIERS = {  # each tier's __all__
         WireClosedError WireError WireTimeoutError accept address_of connect expect_closed
         listen pack_rank peer_credentials recv_exact recv_until_eof send_all socket_path
         unpack_rank unread wait_hung_up
+        ABORT_BIT FRAME_ACK FRAME_HEADER FRAME_MAGIC STATE_READY STATE_SIZE DecisionWords
+        FileFacts pack_frame_header state_path unpack_frame_header
         """
     ),
     "tpbcast.harness.rogue": _names(
         """
         PEER_BEHAVIOURS ROOT_BEHAVIOURS LinkReport RogueAction RogueError RogueReport
         RogueTarget rogue_peer rogue_root
+        ACK_BEHAVIOURS FramedReport framed_peer framed_root
         """
     ),
     "tpbcast.harness.env": _names(

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpbcast.reference_impl.conformance_adapter import CAPABILITIES, ReferenceAdapter
+from tpbcast.reference_impl._config import BroadcasterConfig
+from tpbcast.reference_impl.conformance_adapter import (
+    CAPABILITIES,
+    FRAMED_CAPABILITIES,
+    ReferenceAdapter,
+)
 
 
 class Delegating:
@@ -40,3 +45,14 @@ class Delegating:
 
     def is_initialized(self) -> bool:
         return bool(self.inner.is_initialized())
+
+
+class FramedDelegating(Delegating):
+    """:class:`Delegating` around the reference's framed mode (transport ``uds-framed``):
+    the base of the ``m_framed_*`` mutants."""
+
+    capabilities: frozenset[str] = FRAMED_CAPABILITIES
+    transport = "uds-framed"
+
+    def __init__(self) -> None:
+        self.inner = ReferenceAdapter(BroadcasterConfig(wire="framed"))

@@ -44,6 +44,9 @@ A broadcast that fails on rank 0 sets the shutdown word too (the group is aborte
 no reader waits for a payload that will never come.
 
 Waits poll with short sleeps (50 us growing to 2 ms), so a waiting rank uses little CPU.
+A list of buffers goes as one payload, back to back (``multi_buffer``).
+A broadcast started while another call holds the instance (a broadcast pending in another
+thread, initialize, reset) is refused at once with an error saying so, never queued.
 """
 
 from __future__ import annotations
@@ -123,6 +126,10 @@ class ShmReinitMismatchError(ShmError, RuntimeError):
 
 class ShmBrokenError(ShmError, RuntimeError):
     """A previous broadcast failed; reset first."""
+
+
+class ShmBusyError(ShmError, RuntimeError):
+    """A broadcast started while another call holds the instance."""
 
 
 class ShmTimeoutError(ShmError, TimeoutError):
@@ -227,7 +234,7 @@ class ShmRingBroadcaster:
     transport = "shm"
     # The writer runs ahead of its slowest reader by at most one ring of one-chunk slots.
     buffered_broadcasts = SLOTS
-    capabilities: frozenset[str] = frozenset({"deadlines", "generation"})
+    capabilities: frozenset[str] = frozenset({"deadlines", "generation", "multi_buffer"})
     segment_mode = 0o600
 
     def __init__(self) -> None:
@@ -508,39 +515,71 @@ class ShmRingBroadcaster:
     # ------------------------------------------------------------------ broadcast
 
     def broadcast(self, buffer: Any, root: int = 0) -> None:
-        with self._lock:
-            if not self._initialized:
-                raise ShmNotInitializedError(
-                    "broadcast before initialize (or after reset)", phase="broadcast"
-                )
-            if self._broken is not None:
-                raise ShmBrokenError(
-                    f"rank {self._rank}: broadcaster is broken by an earlier failure "
-                    f"({self._broken}); call reset()",
-                    rank=self._rank,
-                    phase="broadcast",
-                )
-            if isinstance(root, bool) or root != 0:
-                raise ShmConfigurationError(
-                    f"root must be 0 (rank 0 is the only writer), got {root!r}",
-                    rank=self._rank,
-                    phase="broadcast",
-                )
-            view = _flat(buffer, writable=self._rank != 0)
-            if self._world_size == 1 or view.nbytes == 0:
-                return
-            seg = self._seg
-            assert seg is not None
-            try:
-                if self._rank == 0:
-                    self._write(seg, view)
-                else:
-                    self._read(seg, view)
-            except ShmError as exc:
-                self._broken = str(exc)
-                if self._rank == 0:
-                    seg.put(_H_SHUTDOWN, 1)  # abort: the other readers stop waiting (FAULT-8)
-                raise
+        # One call at a time, refused rather than queued (BCAST-15): a second broadcast
+        # waiting behind a stalled one would only add a second stalled caller.
+        if not self._lock.acquire(blocking=False):
+            raise ShmBusyError(
+                f"rank {self._rank}: another call (broadcast, initialize or reset) is in "
+                "flight on this instance; one broadcast at a time",
+                rank=self._rank,
+                phase="broadcast",
+            )
+        try:
+            self._broadcast_locked(buffer, root)
+        finally:
+            self._lock.release()
+
+    def _broadcast_locked(self, buffer: Any, root: int) -> None:
+        if isinstance(buffer, list | tuple):
+            self._broadcast_list(list(buffer), root)
+            return
+        if not self._initialized:
+            raise ShmNotInitializedError(
+                "broadcast before initialize (or after reset)", phase="broadcast"
+            )
+        if self._broken is not None:
+            raise ShmBrokenError(
+                f"rank {self._rank}: broadcaster is broken by an earlier failure "
+                f"({self._broken}); call reset()",
+                rank=self._rank,
+                phase="broadcast",
+            )
+        if isinstance(root, bool) or root != 0:
+            raise ShmConfigurationError(
+                f"root must be 0 (rank 0 is the only writer), got {root!r}",
+                rank=self._rank,
+                phase="broadcast",
+            )
+        view = _flat(buffer, writable=self._rank != 0)
+        if self._world_size == 1 or view.nbytes == 0:
+            return
+        seg = self._seg
+        assert seg is not None
+        try:
+            if self._rank == 0:
+                self._write(seg, view)
+            else:
+                self._read(seg, view)
+        except ShmError as exc:
+            self._broken = str(exc)
+            if self._rank == 0:
+                seg.put(_H_SHUTDOWN, 1)  # abort: the other readers stop waiting (FAULT-8)
+            raise
+
+    def _broadcast_list(self, buffers: list[Any], root: int) -> None:
+        """Several buffers back to back as one payload (capability ``multi_buffer``); every
+        buffer is checked before a byte moves, and a peer's are filled only once the whole
+        payload has arrived."""
+        views = [_flat(b, writable=self._rank != 0) for b in buffers]
+        if self._rank == 0:
+            self._broadcast_locked(b"".join(v.tobytes() for v in views), root)
+            return
+        joined = bytearray(sum(v.nbytes for v in views))
+        self._broadcast_locked(joined, root)
+        done = 0
+        for view in views:
+            view[:] = joined[done : done + view.nbytes]
+            done += view.nbytes
 
     def _write(self, seg: _Segment, view: memoryview) -> None:
         total = view.nbytes

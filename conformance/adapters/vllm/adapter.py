@@ -29,10 +29,9 @@ UNSUPPORTED, never PASS): a base path it cannot turn into its handle file, a sec
 broadcast before ``initialize`` or from another root (there is no queue, or vLLM's writer
 is rank 0 by construction), a read-only or non-contiguous peer buffer, a received object of
 another size than the peer's buffer (vLLM delivers objects, it has no receive buffer), a
-negative deadline, a reader rank outside ``1 .. world_size - 1`` (in vLLM the handle reaches
-readers through a process-group broadcast no such rank can join; the adapter's handle file
-would only make it wait).  Rank 0's world size goes to vLLM as it is
-(``MessageQueue(n_reader=world_size - 1, ...)``), so what vLLM does with a bad one is judged.
+negative deadline, a rank outside ``0 .. world_size - 1`` (in vLLM ranks and world size
+are a process group's, and readers get the handle through a broadcast over it: no such
+rank exists to ask; the adapter's handle file would only make it wait).
 
 Deadlines (capability ``deadlines``), exactly as mapped:
 
@@ -254,6 +253,15 @@ class VllmBroadcaster:
                 f"initialized as rank {old_rank} of {old_ws} at {old_base!r}: vLLM has no "
                 "re-initialize (a GroupCoordinator builds its queue once)",
             )
+        if not 0 <= rank < world_size:
+            # In vLLM the ranks and the world size are a process group's: no rank outside
+            # it exists to build or join a queue (readers get the handle from a broadcast
+            # over that group), so whatever the adapter did here would be its own answer.
+            raise _not_asked(
+                "rank_range",
+                f"rank {rank} of {world_size} is no member of a process group that could "
+                "carry vLLM's queue handle (the adapter's rendezvous stands in for it)",
+            )
         if world_size == 1:  # parallel_state creates no queue for a group of one
             self._config = config
             return
@@ -273,15 +281,6 @@ class VllmBroadcaster:
                 entry = write_handle(path, world_size, asdict(queue.export_handle()))
                 self._handle = (path, entry)
             else:
-                if not 0 < rank < world_size:
-                    # vLLM's reader gets the handle from a torch.distributed broadcast over
-                    # its group, which no rank outside the group can join; the adapter's
-                    # handle-file stand-in would wait for it until the connect deadline.
-                    raise _not_asked(
-                        "rank_range",
-                        f"rank {rank} of {world_size} cannot be a member of the group that "
-                        "carries vLLM's queue handle (the adapter's rendezvous stands in for it)",
-                    )
                 connect = self._deadlines["connect"]
                 try:
                     entry = wait_for_handle(

@@ -1,0 +1,180 @@
+"""FAULT-12, all or nothing: every rank returns the root's bytes, or every rank raises.
+
+Staged with process faults every transport has (a rank SIGKILLed or SIGSTOPped at a point
+of its own call, chosen from outside the implementation), so a Unix-socket wire, a
+shared-memory ring and vLLM's queue are judged alike.  World 3; rank 2 or rank 0 is the
+victim.  Points: before its call, during it (a seeded delay after the call started, a
+payload large enough to span several socket or ring buffers), right after its call
+returned; a stopped peer against the broadcast deadline of rank 0, of the other peer, or
+of both.  The victim records what its own call did before it dies, so a victim that
+returned first counts as a rank that returned.
+
+The judgement per staging: if any rank returned, every surviving rank (and the victim, if
+it got that far) returned the root's bytes; a rank still blocked when the others returned
+is a divergence too (it never got what the others committed to).  A group in which nobody
+returned passes: whether every survivor raised promptly is FAULT-1's and FAULT-2's subject.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from . import _support as s
+from . import _watch
+
+BIG = 4 * s.MiB
+SMALL = 1000
+STOP_IO = 1.0
+"""The broadcast deadline of the ranks that have one in the stopped-peer stagings."""
+VICTIM = "victim's call: "
+
+
+@dataclass(frozen=True)
+class Staging:
+    """Who is hit (rank), when (before/during/after its call, or stopped), the payload
+    size, and which ranks have a broadcast deadline (None: every rank, OBSERVE)."""
+
+    victim: int
+    when: str
+    size: int
+    deadlines: tuple[int, ...] | None = None
+
+    def io(self, rank: int) -> float | None:
+        if self.deadlines is None:
+            return s.OBSERVE  # nobody may hang the test: the fault is a kill, not a stall
+        return STOP_IO if rank in self.deadlines else None
+
+    @property
+    def window(self) -> float:
+        return STOP_IO + s.MARGIN if self.when == "stopped" else s.OBSERVE
+
+
+STAGINGS = {
+    "peer_killed_before": Staging(2, "before", SMALL),
+    "peer_killed_during": Staging(2, "during", BIG),
+    "peer_killed_after": Staging(2, "after", SMALL),
+    "root_killed_before": Staging(0, "before", SMALL),
+    "root_killed_during": Staging(0, "during", BIG),
+    "root_killed_after": Staging(0, "after", SMALL),
+    "peer_stopped_root_deadline_small": Staging(2, "stopped", SMALL, (0,)),
+    "peer_stopped_root_deadline_big": Staging(2, "stopped", BIG, (0,)),
+    "peer_stopped_peer_deadline_big": Staging(2, "stopped", BIG, (1,)),
+    "peer_stopped_both_deadlines_big": Staging(2, "stopped", BIG, (0, 1)),
+}
+
+
+def _note(ctx, text):
+    """What the victim's own call did before it dies, as a fault record (it reaches the
+    test body through the group result, whatever the death)."""
+    ctx.record(VICTIM + text)
+
+
+def _state(ended, buf, data):
+    if not ended.done:
+        return "in flight"
+    if ended.raised is not None:
+        return "raised"
+    return "returned" if bytes(buf) == data else "returned wrong bytes"
+
+
+def _play_victim(ctx, bcast, buf, data, staging, *, delay):
+    """The victim's part; it never returns (SIGKILL, or SIGSTOP until rank 0 kills it)."""
+    what = f"rank {staging.victim}"
+    if staging.when == "before":
+        ctx.record("fault", action=f"SIGKILL of {what} before its broadcast")
+        os.kill(os.getpid(), signal.SIGKILL)
+    if staging.when == "stopped":
+        ctx.record("fault", action=f"SIGSTOP of {what} before its broadcast")
+        os.kill(os.getpid(), signal.SIGSTOP)
+    call = _watch.Call(bcast.broadcast, buf)
+    if staging.when == "during":
+        time.sleep(delay)  # the fault point: a seeded moment inside the call
+    else:
+        call.wait(s.PATIENCE)
+    _note(ctx, _state(call.ended(), buf, data))
+    ctx.record("fault", action=f"SIGKILL of {what} {staging.when} its broadcast")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _play_survivor(ctx, bcast, buf, data, staging):
+    call = _watch.Call(bcast.broadcast, buf)
+    call.wait(staging.window)
+    if staging.when == "stopped":
+        if ctx.rank == 1:
+            ctx.notify("observed")
+        else:  # rank 0 ends the stopped victim once both survivors were watched
+            _watch.notified(ctx, "observed", staging.window + s.MARGIN)
+            os.kill(s.published_pid(ctx, staging.victim, "FAULT-12"), signal.SIGKILL)
+    # A call still running gets PATIENCE more (a loaded machine, a slow second path):
+    # "blocked" must mean blocked, not slow.
+    call.wait(s.PATIENCE)
+    final = call.ended()
+    if final.done:
+        bcast.reset()
+    return _state(final, buf, data)
+
+
+@pytest.mark.clause("FAULT-12")
+@pytest.mark.parametrize("staging", STAGINGS.values(), ids=STAGINGS.keys())
+def test_all_or_nothing_under_process_faults(tpbcast_run, tpbcast_impl, staging):
+    data = s.payload(tpbcast_run.seed, staging.size)
+    delay = random.Random(tpbcast_run.seed).uniform(0.0, 0.004)
+    if staging.deadlines is not None and not tpbcast_impl.supports("deadlines"):
+        s.stageable("FAULT-12", False, "a stopped peer against a deadline needs `deadlines`")
+        return
+
+    def target(ctx):
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # surviving SIGPIPE is FAULT-1's
+        io = staging.io(ctx.rank)
+        bcast = s.make(tpbcast_impl, io=io) if io is not None else s.make(tpbcast_impl)
+        bcast.initialize(ctx.rank, 3, ctx.base_path)
+        s.publish_pid(ctx)
+        ctx.sync("ready")
+        buf = bytearray(data) if ctx.rank == 0 else bytearray(staging.size)
+        if ctx.rank == staging.victim:
+            _play_victim(ctx, bcast, buf, data, staging, delay=delay)
+        return _play_survivor(ctx, bcast, buf, data, staging)
+
+    result = tpbcast_run(
+        target,
+        3,
+        fail_fast=False,
+        expect_failure=True,
+        timeout=2 * s.GROUP_TIMEOUT + staging.window,
+    )
+    _judge(result, staging)
+
+
+def _judge(result, staging):
+    dead = result.outcomes[staging.victim]
+    s.precondition(
+        "FAULT-12", dead.signal_name == "SIGKILL", f"the fault did not happen: {dead.summary()}"
+    )
+    states = {}
+    for outcome in result.outcomes:
+        if outcome.rank == staging.victim:
+            continue
+        if outcome.value is None:
+            s.stageable(
+                "FAULT-12", False, f"rank {outcome.rank} did not finish: {outcome.summary()}"
+            )
+            return
+        states[outcome.rank] = outcome.value
+    notes = [f.action[len(VICTIM) :] for f in dead.faults if f.action.startswith(VICTIM)]
+    states[staging.victim] = f"victim {notes[-1]}" if notes else "victim killed before its call"
+    returned = [r for r, st in states.items() if st in ("returned", "victim returned")]
+    others = [r for r, st in states.items() if st in ("raised", "in flight", "victim raised")]
+    wrong = [r for r, st in states.items() if st.endswith("wrong bytes")]
+    s.check(
+        "FAULT-12",
+        not wrong and (not returned or not others),
+        f"{staging.when} fault of rank {staging.victim} ({staging.size} bytes, deadlines "
+        f"{staging.deadlines or 'all'}): every rank returns the root's bytes or none does",
+        states,
+    )
