@@ -111,8 +111,9 @@ CAPABILITIES: Final[Mapping[str, str]] = {
     "every rank (FRAME-10)",
     "base_path": "`make_base_path(dp_rank=0, *, session_id=None, base_dir=None, environ=None, "
     "key=None) -> str`: the base-path helper (SEC-13 to SEC-17)",
-    "endpoint": "`set_endpoint(host: str, port: int)` before `initialize`: the IP address the "
-    "group listens on and rank 0's rendezvous port (transport `tcp`; the TCP clauses)",
+    "endpoint": "`set_endpoint(host: str, port: int, local_host: str | None = None)` before "
+    "`initialize`: rank 0's rendezvous address and port, and the address this rank listens on "
+    "(default `host`; transport `tcp`; the TCP clauses)",
 }
 
 _ID_RE: Final = re.compile(r"^(?P<area>[A-Z]+)-(?P<number>[1-9][0-9]*)$")
