@@ -21,6 +21,7 @@ from ._contract import (
     parse_transport,
 )
 from ._exec_adapter import load_exec_implementation
+from ._tempenv import add_temp_dir_variables
 
 __all__ = ["load_implementation"]
 
@@ -109,6 +110,11 @@ def load_implementation(spec: str) -> Implementation:
     module_name, attr_path = _split_spec(spec)
     module = _import(spec, module_name)
     factory = _resolve(spec, module, attr_path)
+    # The engine's own base-path variables, pointed at each rank's workdir with TMPDIR.
+    try:
+        add_temp_dir_variables(tuple(getattr(module, "TEMP_DIR_VARIABLES", ())))
+    except (TypeError, ValueError) as exc:
+        raise ImplementationLoadError(f"implementation {spec!r}: {exc}") from None
     try:
         sample = factory()
     except Exception as exc:

@@ -10,23 +10,24 @@ of a process, never the process's word.  This module is the one place that does:
 - **processes**: state, start time, descendants, command lines (:func:`descendants`,
   :func:`alive`, :func:`describe`, :func:`wait_gone`), the threads of a process
   (:func:`all_stopped`, :func:`thread_count`) and the members of a process group;
-- **open files**: fd tables (:func:`fd_targets`), close-on-exec flags, and the *names* a
-  process holds (:func:`held`: open files, mapped files, bound Unix sockets), those under
-  ``/dev/shm`` in particular (:func:`shm_names`), and whether a Unix socket path has a
-  listener (:func:`unix_listening`);
+- **open files**: fd tables (:func:`fd_targets`), close-on-exec flags, and whether a Unix
+  socket path has a listener (:func:`unix_listening`); the *names* a process holds (open,
+  mapped, bound; those under ``/dev/shm``) are :mod:`._held`'s;
 - **a private TMPDIR** (:func:`private_tmpdir`), so what an implementation leaves in "the"
   temporary directory is seen without other tests' files around it.
 
 Built on psutil (process state, start time, children, command line, thread count, a
-process's bound Unix sockets).  Read from ``/proc`` only for what psutil does not expose:
-the raw ``stat`` fields in one read (process group and start ticks together, for the
-runner's stale-directory marks and its group sweep), per-thread state and wait channel
-(``task/<tid>/stat``, ``wchan``), an fd's link target whatever it is (psutil lists regular,
-not-deleted files only: a shared-memory segment unlinked while open, a socket inode or a
-pipe would be missing), ``fdinfo`` flags of another process's fd, the device and inode of
-a mapped file (psutil's ``memory_maps`` gives paths only, and a segment is judged by inode
-once its name is gone), the listening flag of a Unix socket (psutil reports no state for
-Unix sockets) and the signal masks in ``status``.
+process's bound Unix sockets), imported on first use: the runner and the ranks use only
+the raw reads below, and psutil's import costs every interpreter ~60 ms.  Read from
+``/proc`` only for what psutil does not expose: the raw ``stat`` fields in one read
+(process group and start ticks together, for the runner's stale-directory marks and its
+group sweep), per-thread state and wait channel (``task/<tid>/stat``, ``wchan``), an fd's
+link target whatever it is (psutil lists regular, not-deleted files only: a shared-memory
+segment unlinked while open, a socket inode or a pipe would be missing), ``fdinfo`` flags
+of another process's fd, the paths, device and inode of mapped files (psutil's
+``memory_maps`` gives no inode, and a segment is judged by inode once its name is gone; it
+also reads ``smaps``, 40 times the cost of ``maps``), the listening flag of a Unix socket
+(psutil reports no state for Unix sockets) and the signal masks in ``status``.
 """
 
 from __future__ import annotations
@@ -35,21 +36,18 @@ import contextlib
 import errno
 import os
 import pickle
-import stat
-import sys
-import sysconfig
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
+
 
 __all__ = [
     "PID_FILE_PREFIX",
     "SHM_DIR",
-    "Held",
     "Proc",
     "alive",
     "all_stopped",
@@ -59,23 +57,16 @@ __all__ = [
     "describe_fd",
     "fd_cloexec",
     "fd_targets",
-    "held",
     "list_group_members",
     "load_observation",
-    "loose",
-    "modes_in",
-    "named_now",
-    "new_held",
     "open_fds",
     "pid_path",
     "private_tmpdir",
     "publish_pid",
     "published_pid",
     "save_observation",
-    "shm_names",
     "signal_masks",
     "stat_fields",
-    "still_there",
     "thread_count",
     "thread_wait",
     "unix_listening",
@@ -152,6 +143,8 @@ def published_pid(directory: str, rank: int, timeout: float) -> int | None:
 def dead(pid: int) -> bool:
     """The process has exited (a zombie not yet reaped counts): from the kernel, never
     from the victim."""
+    import psutil
+
     try:
         return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
     except psutil.NoSuchProcess:
@@ -182,6 +175,8 @@ Proc = tuple[int, float]
 
 
 def _started(proc: psutil.Process) -> Proc | None:
+    import psutil
+
     try:
         if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
             return None
@@ -192,6 +187,8 @@ def _started(proc: psutil.Process) -> Proc | None:
 
 def descendants(pid: int | None = None) -> set[Proc]:
     """Every live descendant of ``pid`` (default: this process), with its start time."""
+    import psutil
+
     try:
         kids = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
@@ -201,6 +198,8 @@ def descendants(pid: int | None = None) -> set[Proc]:
 
 def alive(procs: Iterable[Proc]) -> list[Proc]:
     """Those of ``procs`` still running (same pid and start time, not a zombie)."""
+    import psutil
+
     out = []
     for pid, start in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -221,6 +220,8 @@ def wait_gone(procs: set[Proc], timeout: float) -> list[Proc]:
 
 def describe(procs: Iterable[Proc]) -> str:
     """``pid 12 (python -m x)``, ... for a report."""
+    import psutil
+
     parts = []
     for pid, _ in procs:
         try:
@@ -233,6 +234,8 @@ def describe(procs: Iterable[Proc]) -> str:
 
 def thread_count() -> int:
     """Threads of this process, native ones included."""
+    import psutil
+
     return int(psutil.Process().num_threads())
 
 
@@ -341,215 +344,6 @@ def unix_listening(path: str) -> bool:
             if len(fields) == 8 and fields[7].strip() == path and int(fields[3], 16) & 0x10000:
                 return True
     return False
-
-
-# --------------------------------------------------------------------------- held names
-
-_SYSTEM: Final = tuple(
-    sorted(
-        {
-            os.path.join(os.path.realpath(p), "")
-            for p in (
-                sys.prefix,
-                sys.base_prefix,
-                sys.exec_prefix,
-                *sysconfig.get_paths().values(),
-            )
-            if p
-        }
-        | {"/usr/", "/lib/", "/lib64/", "/bin/", "/sbin/", "/opt/", "/etc/", "/proc/", "/sys/"}
-    )
-)
-
-
-@dataclass(frozen=True)
-class Held:
-    """One name a process held: an open file, a mapped file or a bound Unix socket."""
-
-    kind: str  # "file", "map" or "socket"
-    path: str  # as the kernel shows it, " (deleted)" removed; a socket's bound path
-    key: tuple[int, int] | None  # (st_dev, st_ino); None: a socket path already gone
-    mode: int | None  # permission bits, None if unknown
-    deleted: bool
-
-    def __str__(self) -> str:
-        mode = "?" if self.mode is None else oct(self.mode)
-        gone = ", unlinked" if self.deleted else ""
-        return f"{self.kind} {self.path} (mode {mode}{gone})"
-
-
-def _interesting(path: str) -> bool:
-    """A path an implementation may have created for its group (not a library, not /dev)."""
-    if path.startswith(SHM_DIR + "/"):
-        return True
-    if not path.startswith("/") or path.startswith("/dev/"):
-        return False
-    real = os.path.join(os.path.dirname(path), "")
-    return not any(real.startswith(p) or path.startswith(p) for p in _SYSTEM)
-
-
-def _strip(target: str) -> tuple[str, bool]:
-    if target.endswith(" (deleted)"):
-        return target[: -len(" (deleted)")], True
-    return target, False
-
-
-def held(pid: int | None = None) -> dict[str, Held]:
-    """The names process ``pid`` (default: this one) holds now, keyed for diffing.
-
-    Open files and mapped files keyed by ``(st_dev, st_ino)`` (a segment whose fd is
-    closed is still mapped; one unlinked is still held), bound Unix sockets by path.
-    Shared libraries and files under the interpreter's prefixes or system directories
-    are never counted."""
-    where = "self" if pid is None or pid == os.getpid() else str(pid)
-    out: dict[str, Held] = {}
-    _fd_names(where, out)
-    _map_names(where, out)
-    _socket_names(pid, out)
-    return out
-
-
-def _fd_names(where: str, out: dict[str, Held]) -> None:
-    """Open files of ``/proc/<where>`` into ``out`` (sockets: :func:`_socket_names`)."""
-    try:
-        fds = os.listdir(f"/proc/{where}/fd")
-    except OSError:
-        return
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{where}/fd/{fd}")
-        except OSError:
-            continue
-        path, deleted = _strip(target)
-        if not _interesting(path):
-            continue
-        try:
-            st = os.stat(f"/proc/{where}/fd/{fd}")
-        except OSError:
-            continue
-        key = (st.st_dev, st.st_ino)
-        out[f"{key}"] = Held("file", path, key, stat.S_IMODE(st.st_mode), deleted)
-
-
-def _map_names(where: str, out: dict[str, Held]) -> None:
-    """Mapped files of ``/proc/<where>/maps`` into ``out`` (a segment whose fd is closed)."""
-    try:
-        with open(f"/proc/{where}/maps") as fh:
-            maps = fh.read().splitlines()
-    except OSError:
-        return
-    for line in maps:
-        fields = line.split(maxsplit=5)
-        if len(fields) < 6 or fields[4] == "0":
-            continue
-        path, deleted = _strip(fields[5].strip())
-        if not _interesting(path):
-            continue
-        major, minor = (int(x, 16) for x in fields[3].split(":"))
-        key = (os.makedev(major, minor), int(fields[4]))
-        if f"{key}" not in out:
-            probes = [f"/proc/{where}/map_files/{fields[0]}"] + ([] if deleted else [path])
-            out[f"{key}"] = Held("map", path, key, _mode_of(key, probes), deleted)
-
-
-def _mode_of(key: tuple[int, int], probes: list[str]) -> int | None:
-    for probe in probes:
-        try:
-            st = os.stat(probe)
-        except OSError:
-            continue
-        if (st.st_dev, st.st_ino) == key:
-            return stat.S_IMODE(st.st_mode)
-    return None
-
-
-def _socket_names(pid: int | None, out: dict[str, Held]) -> None:
-    """Bound paths of ``pid``'s Unix sockets into ``out``."""
-    try:
-        conns = psutil.Process(pid).net_connections(kind="unix")
-    except psutil.Error:
-        return
-    for conn in conns:
-        path = conn.laddr
-        if not isinstance(path, str) or not path or not _interesting(path):
-            continue
-        try:
-            st = os.lstat(path)
-        except OSError:
-            out[f"socket:{path}"] = Held("socket", path, None, None, True)
-            continue
-        key = (st.st_dev, st.st_ino)
-        out[f"socket:{path}"] = Held("socket", path, key, stat.S_IMODE(st.st_mode), False)
-
-
-def new_held(before: dict[str, Held], now: dict[str, Held]) -> dict[str, Held]:
-    """What ``now`` holds that ``before`` did not."""
-    return {k: v for k, v in now.items() if k not in before}
-
-
-def named_now(entries: dict[str, Held], dirs: list[str]) -> list[str]:
-    """Held names that still exist: each entry's inode searched in ``dirs`` and in the
-    directory it was seen in; a socket path that still exists."""
-    places = set(dirs)
-    places.update(os.path.dirname(e.path) for e in entries.values())
-    index: dict[tuple[int, int], str] = {}
-    for place in sorted(places):
-        try:
-            names = os.listdir(place)
-        except OSError:
-            continue
-        for name in names:
-            full = os.path.join(place, name)
-            try:
-                st = os.lstat(full)
-            except OSError:
-                continue
-            index.setdefault((st.st_dev, st.st_ino), full)
-    left = set()
-    for e in entries.values():
-        if e.key is not None and e.key in index:
-            left.add(f"{index[e.key]} ({e.kind} the implementation held)")
-        elif e.kind == "socket" and os.path.lexists(e.path):
-            left.add(f"{e.path} (socket the implementation bound)")
-    return sorted(left)
-
-
-def loose(entries: dict[str, Held]) -> list[str]:
-    """Held names with a permission bit for group or others."""
-    return [str(e) for e in entries.values() if e.mode is not None and e.mode & 0o077]
-
-
-def modes_in(directory: str, names: list[str]) -> list[str]:
-    """``name (mode)`` of each entry of ``directory`` in ``names`` with group/other bits."""
-    bad = []
-    for name in names:
-        try:
-            st = os.lstat(os.path.join(directory, name))
-        except OSError:
-            continue
-        if stat.S_IMODE(st.st_mode) & 0o077 and not stat.S_ISLNK(st.st_mode):
-            bad.append(f"{os.path.join(directory, name)} (mode {oct(stat.S_IMODE(st.st_mode))})")
-    return bad
-
-
-def shm_names(pids: Iterable[int] = (), *, exclude_prefix: str = "") -> set[str]:
-    """The ``/dev/shm`` files this process and ``pids`` map or hold open (a segment a call
-    created shows here even after its fd is closed; a test beside this one's cannot),
-    minus those starting with ``SHM_DIR/exclude_prefix``."""
-    names: set[str] = set()
-    for pid in (os.getpid(), *pids):
-        with contextlib.suppress(psutil.Error):
-            for region in psutil.Process(pid).memory_maps(grouped=False):
-                if region.path.startswith(SHM_DIR + "/"):
-                    names.add(region.path)
-        names.update(t for t in fd_targets(pid).values() if t.startswith(SHM_DIR + "/"))
-    own = f"{SHM_DIR}/{exclude_prefix}" if exclude_prefix else None
-    return {n for n in names if own is None or not n.startswith(own)}
-
-
-def still_there(names: Iterable[str]) -> list[str]:
-    """Which of ``names`` still exist (a segment unlinked while mapped shows as deleted)."""
-    return sorted(name for name in names if os.path.exists(name))
 
 
 # --------------------------------------------------------------------------- TMPDIR

@@ -14,6 +14,8 @@ import re
 import signal as _signal
 from dataclasses import dataclass, field
 
+from ._leaks import Leak
+
 __all__ = [
     "FaultRecord",
     "GroupResult",
@@ -255,6 +257,10 @@ class GroupResult:
     seed: int
     survivors: tuple[int, ...] = ()
     leftover_files: tuple[str, ...] = ()
+    leaks: tuple[Leak, ...] = ()
+    """What the group left behind, proven its own (``_leaks``): outside its workdir
+    (removed after the test, or at exit) and in it (removed with it); reported here and
+    by the conformance plugin."""
     label: str = ""
     workdir: str = ""
     timeout: float = 0.0
@@ -337,6 +343,10 @@ class GroupResult:
             )
         if self.leftover_files:
             lines.append(f"leftover files in workdir: {', '.join(self.leftover_files)}")
+        outside = [leak for leak in self.leaks if not leak.in_workdir]
+        if outside:
+            lines.append("left outside the workdir (removed by the suite after the test):")
+            lines.extend(f"  {leak.describe()}" for leak in outside)
         ordered = self.failures_first()
         for outcome in ordered:
             if outcome.ok:

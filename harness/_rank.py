@@ -22,6 +22,7 @@ from ._context import RankContext
 from ._exitpipe import ExitEnd, report_failure
 from ._faults import PlannedFault
 from ._forksafety import make_rank_torch_safe
+from ._leaks import LeakWatch, note_held
 from ._mesh import Mesh
 from ._observe import describe_fd, open_fds
 from ._plumbing import private_fds
@@ -31,6 +32,7 @@ from ._proc import (
     save_coverage,
     set_pdeathsig,
 )
+from ._tempenv import point_temp_dirs
 from ._workdir import CaptureFds, disable_pooling
 
 __all__ = ["RankSpec", "make_context", "rank_main", "skip_reason"]
@@ -65,6 +67,7 @@ class RankSpec:
     exit_end: ExitEnd  # held until exit; a byte on it wakes the parent early (_exitpipe)
     check_fds: bool
     faults: Mapping[str, tuple[PlannedFault, ...]]
+    leak_watch: LeakWatch | None = None  # what existed outside the workdir at the start
 
 
 class _FdBytes:
@@ -301,6 +304,8 @@ def _run(
     if spec.single_torch:
         make_rank_torch_safe()
     disable_pooling()
+    # 6b. TMPDIR and the engines' base-path variables -> the group's workdir (_tempenv).
+    point_temp_dirs(spec.workdir)
     # 7. The target, with the fd snapshot around it when asked; ctx and the writer (on
     #    the res capture fd) were built in the parent (make_context).
     before = open_fds() if spec.check_fds else set()
@@ -371,6 +376,7 @@ def _system_exit_code(exc: SystemExit) -> int:
 
 
 def _finish(spec: RankSpec, writer: RecordWriter, before: set[int]) -> None:
+    note_held(spec.leak_watch, spec.rank)  # while the rank lives: what it holds proves ownership
     if not spec.check_fds:
         return
     leaked = sorted(open_fds() - before - private_fds())  # not the adapter's channels

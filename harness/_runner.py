@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from ._channel import RecordWriter, read_records
 from ._faults import FaultPlan
 from ._forksafety import check_fork_safety, ranks_need_single_torch
+from ._leaks import Leak, LeakWatch, collect_leaks
 from ._mesh import Mesh
 from ._observe import list_group_members
 from ._outcome import GroupResult
@@ -276,6 +277,7 @@ def run_ranks(
             wd = Workdir.open(workdir)
             mesh = Mesh.create(world_size)
             capture = wd.open_capture(world_size)
+            watch = LeakWatch.start(wd.capture)
             for stream in (sys.stdout, sys.stderr):  # or the ranks would print it again
                 with contextlib.suppress(OSError, ValueError, AttributeError):
                     stream.flush()
@@ -309,6 +311,7 @@ def run_ranks(
                     exit_end=mesh.exits.end,
                     check_fds=check_fds,
                     faults=faults.for_rank(r) if faults is not None else {},
+                    leak_watch=watch,
                 )
                 for r in range(world_size)
             ]
@@ -343,19 +346,32 @@ def run_ranks(
     assert wd is not None  # completed: the section above opened it
     survivors = _kill_survivors(ranks)
     outcomes = tuple(judge(r, wd, skip_exit_codes) for r in ranks)
-    leftovers = wd.leftovers()
-    wd.remove(clean=not leftovers and not survivors)
+    leftovers, leaks = _left_behind(wd, watch, ranks, label, clean=not survivors)
     return GroupResult(
         outcomes=outcomes,
         duration=time.monotonic() - start,
         seed=group_seed,
         survivors=survivors,
         leftover_files=leftovers,
+        leaks=leaks,
         label=label,
         workdir=wd.path,
         timeout=timeout,
         failure_order=tuple(failure_order),
     )
+
+
+def _left_behind(
+    wd: Workdir, watch: LeakWatch, ranks: list[RankState], label: str, *, clean: bool
+) -> tuple[tuple[str, ...], tuple[Leak, ...]]:
+    """What the group left in its workdir and outside it (``_leaks``: noted for removal
+    after the test), then the workdir goes (or back to the pool if nothing was left; a
+    caller's workdir stays the caller's)."""
+    leftovers = wd.leftovers()
+    pids = (r.pid for r in ranks)
+    leaks = collect_leaks(watch, pids, wd.path, leftovers, label, workdir_owned=wd.owned)
+    wd.remove(clean=clean and not leftovers)
+    return leftovers, leaks
 
 
 def _close_capture(capture: list[CaptureFds]) -> None:

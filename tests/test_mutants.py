@@ -18,8 +18,8 @@ session already runs tests in parallel), with ``tests/`` on PYTHONPATH.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -159,33 +159,9 @@ def test_no_capabilities_is_not_claimed_to_conform(tmp_path):
 # ------------------------------------------------------------------------------ fast kills
 
 
-def _sweep_shm_ring_segments():
-    """Remove the /dev/shm segments of ``shm_ring`` mutants whose creator is gone (the
-    named ``tpbshm-<pid>-<hex>``; ``m_shm_leaked_segment`` leaves one per group by design)."""
-    try:
-        names = os.listdir("/dev/shm")
-    except OSError:
-        return
-    for name in names:
-        parts = name.split("-")
-        if len(parts) != 3 or parts[0] != "tpbshm" or not parts[1].isdigit():
-            continue
-        try:
-            os.kill(int(parts[1]), 0)
-        except ProcessLookupError:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join("/dev/shm", name))
-        except OSError:
-            continue
-
-
 @pytest.mark.parametrize("subject", FAST, ids=lambda s: s.name)
 def test_fast_mutant_is_killed(subject, tmp_path):
-    try:
-        run = _judge(subject, tmp_path, subject.kills)
-    finally:
-        if subject.name.startswith("m_shm_"):
-            _sweep_shm_ring_segments()
+    run = _judge(subject, tmp_path, subject.kills)  # the run removes what the mutant leaks
     survivors = run.survivors
     assert not survivors, (
         f"{subject.name} ({subject.defect}) survives: "
@@ -193,6 +169,45 @@ def test_fast_mutant_is_killed(subject, tmp_path):
         + "\n"
         + _failing_checks(run, [c for c in survivors if c in run.clauses])
     )
+
+
+# ------------------------------------------------------------------------------ cleanup
+
+
+def _still_there(entry):
+    if entry["kind"] != "process":
+        return os.path.lexists(entry["path"])
+    try:
+        with open(f"/proc/{entry['pid']}/cmdline", "rb") as fh:
+            cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        with open(f"/proc/{entry['pid']}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X") and cmd == entry["path"]  # same pid, same command
+
+
+@pytest.mark.parametrize(
+    ("name", "clause", "kind"),
+    [("m_shm_leaked_segment", "SHM-1", "segment"), ("m_shm_helper_outlives", "SHM-12", "process")],
+)
+def test_what_a_leaking_mutant_leaves_is_reported_and_removed(tmp_path, name, clause, kind):
+    """The run removes what a mutant leaks (its segment in /dev/shm, its helper process)
+    after the test that caused it, and its cleanup.json and terminal summary name each
+    entry with its creator and the clause it breaks."""
+    subject = _subject(name)
+    run = _judge(subject, tmp_path, (clause,))
+    assert run.verdict(clause) == "FAIL", run.clauses[clause]  # the leak happened
+    doc = json.loads((run.report_dir / "cleanup.json").read_text(encoding="utf-8"))
+    entries = [e for found in doc["tests"].values() for e in found if e["kind"] == kind]
+    outside = [e for e in entries if e["where"] == "outside"]
+    assert outside, doc
+    assert all(e["removed"] and e["clause"] == clause for e in outside), outside
+    assert all(e["creator_pid"] for e in outside if kind != "process"), outside
+    left = [e for e in outside if _still_there(e)]
+    assert not left, left
+    log = (run.report_dir / "run.log").read_text(errors="replace")
+    assert "tpbcast cleanup" in log and doc["summary"] in log, log[-2000:]
 
 
 # ------------------------------------------------------------------------------ the matrix

@@ -307,6 +307,25 @@ def _version(result: Result) -> str:
     )
 
 
+def cleanup(result: Result) -> Mapping[str, Any] | None:
+    """The run's ``cleanup.json`` (what the suite removed after the implementation), if any."""
+    if result.run is None:
+        return None
+    path = result.run.report_dir / "cleanup.json"
+    try:
+        doc: Mapping[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc
+
+
+def _cleanup_text(result: Result) -> str:
+    doc = cleanup(result)
+    if doc is None:
+        return "not recorded"
+    return str(doc["summary"]).partition(": ")[2] or "-"
+
+
 def _headline(results: Sequence[Result]) -> str:
     ran = [r for r in results if r.run is not None]
     bad = [r.entry.name for r in ran if not r.ok]
@@ -353,6 +372,19 @@ def render_markdown(results: Sequence[Result]) -> str:
             f"{_transport(r)} | {r.entry.expectations or '-'} | {_counts_text(r.doc)} | "
             f"{_wall(r)} | {_ratio(r)} | {mt._md('; '.join((_status(r), *r.remarks)))} |"
         )
+    out += [
+        "",
+        "## What the suite removed after each implementation",
+        "",
+        "What the run's groups left behind, proven theirs (a holder pid, the creator's pid "
+        "in the name, a rank's descendant, or the test's own observation) and removed after "
+        "the test that caused it; each entry, with the clause it breaks, is in that test's "
+        "report and in `runs/<name>/cleanup.json`.",
+        "",
+        "| implementation | removed |",
+        "|---|---|",
+    ]
+    out += [f"| {r.entry.name} | {mt._md(_cleanup_text(r))} |" for r in ran]
     names = [r.entry.name for r in ran]
     for area in dict.fromkeys(c["area"] for c in clauses):
         out += ["", f"## {area}", ""]
@@ -431,6 +463,13 @@ def render_html(results: Sequence[Result]) -> str:
             f"<td>{esc('; '.join((_status(r), *r.remarks)))}</td></tr>"
         )
     parts.append("</table>")
+    parts.append(
+        "<h2>What the suite removed after each implementation</h2><table>"
+        "<tr><th>implementation</th><th>removed (details: runs/&lt;name&gt;/cleanup.json)</th>"
+        "</tr>"
+    )
+    parts += [f"<tr><td>{esc(r.entry.name)}</td><td>{esc(_cleanup_text(r))}</td></tr>" for r in ran]
+    parts.append("</table>")
     names = [r.entry.name for r in ran]
     for area in dict.fromkeys(c["area"] for c in clauses):
         parts.append(f'<h2>{esc(area)}</h2><table class="grid"><tr><th>clause</th>')
@@ -476,6 +515,7 @@ def summary_doc(results: Sequence[Result]) -> dict[str, Any]:
                 "ok": r.ok,
                 "problems": list(r.problems),
                 "remarks": list(r.remarks),
+                "cleanup": _cleanup_summary(r),
                 "verdicts": {}
                 if r.doc is None
                 else {c["id"]: c["verdict"] for c in r.doc["clauses"]},
@@ -483,6 +523,13 @@ def summary_doc(results: Sequence[Result]) -> dict[str, Any]:
             for r in results
         ],
     }
+
+
+def _cleanup_summary(result: Result) -> dict[str, Any] | None:
+    doc = cleanup(result)
+    if doc is None:
+        return None
+    return {k: doc[k] for k in ("summary", "outside", "workdir") if k in doc}
 
 
 def write_reports(results: Sequence[Result], directory: Path) -> None:

@@ -29,7 +29,7 @@ from tpbcast.conformance.spec import Clause, Spec
 from .codec import ReportProperties
 from .state import REGISTRY_ITEM, REPORT_DIR_DEFAULT
 
-__all__ = ["ResultCollector"]
+__all__ = ["ResultCollector", "report_dir"]
 
 
 @dataclass
@@ -113,7 +113,7 @@ class ResultCollector:
         if self.expectations is not None:
             self.suite = apply_expectations(self.suite, self.expectations)
         try:
-            self.written = _write_reports(self.suite, _report_dir(self.config), self.spec)
+            self.written = _write_reports(self.suite, report_dir(self.config), self.spec)
         except OSError as exc:
             self.write_error = f"could not write the reports: {exc}"
         session.exitstatus = self.suite.exit_status
@@ -187,7 +187,8 @@ _KEEP_STATUS: Final = frozenset(
 )
 
 
-def _report_dir(config: pytest.Config) -> Path:
+def report_dir(config: pytest.Config) -> Path:
+    """Where the run's reports go (``--tpbcast-report-dir``, relative to the invocation dir)."""
     raw = config.getoption("tpbcast_report_dir") or REPORT_DIR_DEFAULT
     path = Path(raw)
     return path if path.is_absolute() else config.invocation_params.dir / path

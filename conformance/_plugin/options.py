@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from tpbcast.conformance._cleanup import CleanupPlugin
 from tpbcast.conformance._expectations import Expectations, ExpectationsError, load_expectations
 from tpbcast.conformance.spec import Spec, load_spec
 from tpbcast.fixtures import settings_of
 
-from .collector import ResultCollector
+from .collector import ResultCollector, report_dir
 from .selection import select_clauses
 from .state import REPORT_DIR_DEFAULT, SELECTED_KEY, SHARED_DIR_ENV, SHARED_KEY, SPEC_KEY
 
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 _RESULTS_PLUGIN = "tpbcast-conformance-results"
+_CLEANUP_PLUGIN = "tpbcast-conformance-cleanup"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -92,6 +94,11 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(f"--tpbcast-clauses: {exc}") from None
     config.stash[SELECTED_KEY] = None if chosen is None else tuple(c.id for c in chosen)
+    # Every process removes what its tests' groups leaked; the controller sums it up.
+    cleanup = CleanupPlugin(
+        config, controller=not _is_worker(config), report_dir=lambda: report_dir(config)
+    )
+    config.pluginmanager.register(cleanup, _CLEANUP_PLUGIN)
     if not _is_worker(config):
         expectations = _load_expectations(config, spec)
         collector = ResultCollector(config, spec, chosen, expectations=expectations)

@@ -122,6 +122,7 @@ broadcaster object (see DESIGN.md for the full contract):
 | `private_fds()` | no | `(pid, fd)` pairs of adapter plumbing, never judged |
 | `transport` | no | a transport profile above (default `"{default}"`): its clauses apply |
 | `buffered_broadcasts` | no | broadcasts rank 0 can complete for a peer that reads nothing |
+| `TEMP_DIR_VARIABLES` (module) | no | engine base-path variables, set to the rank's workdir |
 
 The fd clauses (WIRE-1, INIT-3, RESET-2, HYG-3, TIME-1, SEC-11, ...) look at this process and
 the resource pids, fds keyed by `(pid, fd)`, minus the private fds; an in-process adapter

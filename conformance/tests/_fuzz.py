@@ -179,8 +179,7 @@ def _reproducing(text: str) -> Callable[[Any], Any]:
 
 def _loadavg() -> str:
     try:
-        with open("/proc/loadavg") as fh:
-            return " ".join(fh.read().split()[:3])
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         return "?"
 

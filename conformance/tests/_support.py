@@ -25,7 +25,7 @@ from tpbcast.conformance._checks import PreconditionError, record, record_unjudg
 from tpbcast.conformance._results import Verdict
 from tpbcast.harness import CapabilityMissing, observe
 from tpbcast.harness.rogue import rogue_peer
-from tpbcast.harness.runtime import WORKDIR_PREFIX
+from tpbcast.harness.runtime import WORKDIR_PREFIX, claim
 
 # Short deadlines keep fault tests fast; margins are generous because the machine may be
 # 4x oversubscribed (helper rules): an error must come within deadline + MARGIN and not
@@ -226,7 +226,7 @@ def dup_fd(key: FdKey) -> int:
 
 
 def cloexec(key: FdKey) -> bool | None:
-    """FD_CLOEXEC of ``key`` (from ``/proc/<pid>/fdinfo`` for another process); None if gone."""
+    """FD_CLOEXEC of ``key`` (for another process: :func:`observe.fd_cloexec`); None if gone."""
     import fcntl
 
     pid, fd = key
@@ -565,6 +565,21 @@ def shm_names_held(bcast: object = None) -> set[str]:
     (tests running beside this one make their own /dev/shm entries; the harness's workdirs
     live there too and are never the implementation's)."""
     return observe.shm_names(resource_pids(bcast), exclude_prefix=WORKDIR_PREFIX)
+
+
+def hand_to_cleanup(paths: list[str], result: Any) -> None:
+    """Leftovers this test saw the group's ranks hold (``shm_names_held``, each rank's set
+    its value): recorded for the suite's cleanup after the test (listed in its report),
+    the first rank that held one as its creator (0: unknown)."""
+    for path in paths:
+        creator = next(
+            (o.pid for o in result.outcomes if isinstance(o.value, set) and path in o.value), 0
+        )
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        claim(path, (st.st_dev, st.st_ino), creator, result.label)
 
 
 # --------------------------------------------------------------------------- deaths

@@ -61,6 +61,7 @@ def _judge_nothing_left(result, when, shm_held):
         f"leftover files {result.leftover_files}",
     )
     orphans = observe.still_there(shm_held)
+    s.hand_to_cleanup(orphans, result)
     s.check(
         "HYG-2",
         not orphans,

@@ -29,6 +29,7 @@ import time
 import pytest
 
 from tpbcast.harness import Kill, observe
+from tpbcast.harness.runtime import claim
 
 from . import _support as s
 from . import _watch
@@ -193,9 +194,18 @@ def _gather(obs, world_size):
 
 def _judge_left(cid, result, obs, when):
     """Held names still named anywhere, and anything new in the group's workdir (the base
-    path's directory and the ranks' TMPDIR: the harness's leftover check)."""
-    held, _ = _gather(obs, result.world_size)
-    left = observe.named_now(held, [observe.SHM_DIR, "/tmp"])
+    path's directory and the ranks' TMPDIR: the harness's leftover check).  What is still
+    named is handed to the suite's cleanup (removed after the test, listed in its report),
+    with the pid of the rank whose processes held it."""
+    left = []
+    for rank, outcome in enumerate(result.outcomes):
+        seen = observe.load_observation(os.path.join(obs, f"r{rank}"), {"held": {}})
+        named = observe.still_named(seen["held"], [observe.SHM_DIR, "/tmp"])
+        for text, path, key in sorted(named, key=lambda n: n[0]):
+            left.append(text)
+            if key is not None and not path.startswith(result.workdir + "/"):
+                claim(path, key, outcome.pid, result.label)
+    left = sorted(set(left))
     s.check(
         cid,
         not left,

@@ -401,7 +401,7 @@ def test_backlog_queues_every_peer_while_rank0_is_stopped(tpbcast_run, tpbcast_i
             s.precondition(
                 "WIRE-10",
                 s.wait_for(lambda: observe.unix_listening(path), 10),
-                f"rank 0 never listened at {path} (/proc/net/unix)",
+                f"rank 0 never listened at {path} (the kernel's Unix socket table)",
             )
             os.kill(pid0, signal.SIGSTOP)
             try:

@@ -67,14 +67,15 @@ TIERS = {  # each tier's __all__
         PID_FILE_PREFIX SHM_DIR Held Proc alive all_stopped dead describe descendants
         fd_cloexec fd_targets held load_observation loose modes_in named_now new_held
         pid_path private_tmpdir publish_pid published_pid save_observation shm_names
-        signal_masks still_there thread_count thread_wait unix_listening wait_dead
+        signal_masks still_named still_there thread_count thread_wait unix_listening wait_dead
         wait_gone wait_until
         """
     ),
     "tpbcast.harness.runtime": _names(
         """
         SEED_ENV WORKDIR_PREFIX WORKDIR_ROOT_ENV NativeThread PlannedFault make_private_dir
-        native_threads release_workdirs sweep_stale_dirs
+        native_threads release_workdirs sweep_stale_dirs Leak pending_leaks remove_leaks
+        size_text take_leaks claim
         """
     ),
 }

@@ -84,6 +84,9 @@ NAME: Final = "vllm MessageQueue"
 TRANSPORT: Final = "shm"
 CAPABILITIES: Final = frozenset({"deadlines", "multi_buffer", "tensors"})
 # vllm/distributed/parallel_state.py (0.33.0): create_from_process_group(cpu_group, 1 << 22, 6)
+# vLLM binds its zmq IPC sockets under VLLM_RPC_BASE_PATH (default: tempfile.gettempdir());
+# the harness points it, with TMPDIR, at each rank's workdir (removed with the group).
+TEMP_DIR_VARIABLES: Final = ("VLLM_RPC_BASE_PATH",)
 MAX_CHUNK_BYTES: Final = 1 << 22
 MAX_CHUNKS: Final = 6
 DEFAULT_CONNECT: Final = 120.0
