@@ -97,18 +97,26 @@ def mutants(session: nox.Session) -> None:
 # `python -c "from vllm.distributed.device_communicators import shm_broadcast"`).
 VLLM = "vllm==0.33.0"
 VLLM_IMPORT_DEPS = ("psutil", "pyzmq", "urllib3", "regex")
+# SGLang likewise, --no-deps: its broadcast code (sglang.srt.utils.common and
+# shm_broadcast) imports these ten besides torch (the project's `sglang` extra lists them;
+# checked on 0.5.23); tpbcast.conformance.adapters.sglang shims the rest (sglang.lang's
+# front end, triton) without touching the installed package.
+SGLANG = "sglang==0.5.23"
 
 
 @nox.session(python=PYTHON)
 def ecosystem(session: nox.Session) -> None:
     """Every real implementation whose engine is installed, side by side: the reference, the
-    native C example (ctypes and exec:), vLLM's shm MessageQueue (installed here with
-    --no-deps, torch pinned to the CPU build) and the shm ring of tests/mutants/, each
+    native C example (ctypes and exec:), vLLM's shm MessageQueue and SGLang's
+    broadcast_pyobj and MessageQueue (both installed here with --no-deps, torch pinned to
+    the CPU build), torch's own gloo broadcast and the shm ring of tests/mutants/, each
     against its expectations file; reports in reports/ecosystem/ (tools/ecosystem.py;
     ``-- --only vllm`` for one row, ``-- --render-only`` to rebuild the reports)."""
     _install_project(session)
     session.install(*CONSTRAINTS, *VLLM_IMPORT_DEPS)
     session.install("--no-deps", VLLM)
+    session.install(*CONSTRAINTS, "-e", ".[sglang]")
+    session.install("--no-deps", SGLANG)
     session.run("python", "tools/ecosystem.py", *session.posargs)
 
 

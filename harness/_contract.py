@@ -53,6 +53,7 @@ class Capability(enum.StrEnum):
     DISPATCH = "dispatch"
     ERROR_DETAILS = "error_details"
     BASE_PATH = "base_path"
+    ENDPOINT = "endpoint"
     ABORT = "abort"
 
 
@@ -65,6 +66,7 @@ CAPABILITY_MEMBERS: Final[Mapping[Capability, tuple[str, ...]]] = {
     Capability.ABSTRACT_NAMESPACE: ("set_abstract_namespace",),
     Capability.DISPATCH: ("make_dispatcher",),
     Capability.BASE_PATH: ("make_base_path",),
+    Capability.ENDPOINT: ("set_endpoint",),
     Capability.ABORT: ("abort",),
 }
 """Members a capability promises; declaring it without them is a load error."""

@@ -81,6 +81,7 @@ _NOT_CARRIED: Final = frozenset(
         Capability.DISPATCH,
         Capability.BASE_PATH,
         Capability.TENSORS,
+        Capability.ENDPOINT,  # not in protocol v1 (its request set has no set_endpoint)
     }
 )
 _LONG_MAX: Final = 2**31 - 1

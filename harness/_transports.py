@@ -57,6 +57,11 @@ TRANSPORT_PROFILES: Final[tuple[TransportProfile, ...]] = (
         "shm",
         "a shared-memory transport: a ring of slots in a segment every rank maps",
     ),
+    TransportProfile(
+        "tcp",
+        "a broadcaster over TCP connections between the ranks (a gloo group, zmq over tcp, "
+        "MPI over TCP): it listens on an address and port, so hosts and networks matter",
+    ),
 )
 """Every transport profile, in the order the SPEC and the reports list them."""
 

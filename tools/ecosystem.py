@@ -2,7 +2,8 @@
 
 The conformance suite (``python -m tpbcast.conformance``) judges each implementation of
 :data:`ENTRIES` that is installed here (the reference, the native C example through ctypes
-and as an ``exec:`` driver, vLLM's shared-memory ``MessageQueue``, the from-scratch shm
+and as an ``exec:`` driver, vLLM's shared-memory ``MessageQueue``, SGLang's
+``broadcast_pyobj`` and ``MessageQueue``, torch's gloo broadcast, the from-scratch shm
 ring of ``tests/mutants/``), each against its expectations file if it has one, one after
 the other (wall times are compared), and writes ``reports/ecosystem/``:
 ``index.html`` and ``ecosystem.md`` (a summary per implementation: verdict counts, wall
@@ -123,6 +124,27 @@ ENTRIES: Final = (
         "vLLM 0.33's shm_broadcast.MessageQueue (shared-memory ring + zmq)",
         expectations="conformance/adapters/vllm/expectations.toml",
         module="vllm",
+    ),
+    Entry(
+        "sglang_pyobj",
+        "tpbcast.conformance.adapters.sglang.adapter:make",
+        "SGLang 0.5.23's broadcast_pyobj on a gloo cpu_group (TCP, gloo_timeout 7200 s)",
+        expectations="conformance/adapters/sglang/expectations-pyobj.toml",
+        module="sglang",
+    ),
+    Entry(
+        "sglang_mq",
+        "tpbcast.conformance.adapters.sglang.mq:make",
+        "SGLang 0.5.23's shm_broadcast.MessageQueue (shared-memory ring + zmq over tcp)",
+        expectations="conformance/adapters/sglang/expectations-mq.toml",
+        module="sglang",
+    ),
+    Entry(
+        "torch_gloo",
+        "tpbcast.conformance.adapters.torch_gloo.adapter:make",
+        "torch's own dist.broadcast on a gloo process group (TCP, default timeout 1800 s)",
+        expectations="conformance/adapters/torch_gloo/expectations.toml",
+        module="torch",
     ),
     Entry(
         "shm_ring",

@@ -68,6 +68,7 @@ AREAS: Final = (
     "HYG",
     "ADAPT",
     "SHM",
+    "TCP",
     "FRAME",
 )
 #: RFC 2119 levels, strongest first.
@@ -110,6 +111,9 @@ CAPABILITIES: Final[Mapping[str, str]] = {
     "every rank (FRAME-10)",
     "base_path": "`make_base_path(dp_rank=0, *, session_id=None, base_dir=None, environ=None, "
     "key=None) -> str`: the base-path helper (SEC-13 to SEC-17)",
+    "endpoint": "`set_endpoint(host: str, port: int, local_host: str | None = None)` before "
+    "`initialize`: rank 0's rendezvous address and port, and the address this rank listens on "
+    "(default `host`; transport `tcp`; the TCP clauses)",
 }
 
 _ID_RE: Final = re.compile(r"^(?P<area>[A-Z]+)-(?P<number>[1-9][0-9]*)$")

@@ -15,6 +15,7 @@ PROMISED = {
     "abstract_namespace": ("set_abstract_namespace",),
     "dispatch": ("make_dispatcher",),
     "base_path": ("make_base_path",),
+    "endpoint": ("set_endpoint",),
 }
 
 

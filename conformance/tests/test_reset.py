@@ -187,18 +187,27 @@ def test_peer_sees_root_reset_as_closed(tpbcast_run, tpbcast_impl):
                 return 0
             return _watch.shutdown_leaked(before, bcast)
         ctx.notify("peer_waiting")
-        raised = s.attempt(bcast.broadcast, bytearray(1000))
+        # A transport the suite cannot release (a ring without teardown notice and without
+        # an io deadline) would hold this call past the group deadline: watch it for a
+        # bounded time instead, so the clause is judged, not the harness's deadline.
+        call = _watch.Call(bcast.broadcast, bytearray(1000))
+        if not call.wait(PROMPT + 2.0 + s.MARGIN):
+            ctx.notify("peer_done")
+            return "blocked"  # never touch a busy instance again
+        raised = call.ended().raised
         ctx.notify("peer_done")
         bcast.reset()
         return raised
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     released, raised = result.outcomes[0].value, result.outcomes[1].value
+    blocked = raised == "blocked"
     s.check(
         "RESET-7",
-        raised is not None and raised.elapsed < PROMPT and not released,
+        not blocked and raised is not None and raised.elapsed < PROMPT and not released,
         f"a pending broadcast fails within {PROMPT:g} s when rank 0 resets (io deadline {IO:g} s)",
-        f"{raised or 'it returned'}"
+        ("still blocked " + f"{PROMPT + 2.0 + s.MARGIN:g} s after it started" if blocked else "")
+        or f"{raised or 'it returned'}"
         + (
             f"; rank 0's reset left {released} link(s) open: the suite shut them down"
             if released
@@ -206,6 +215,8 @@ def test_peer_sees_root_reset_as_closed(tpbcast_run, tpbcast_impl):
         ),
         rank=1,
     )
+    if not s.stageable("FAULT-3", not blocked, "the pending broadcast never ended: no error"):
+        return
     s.precondition("FAULT-3", raised is not None, "the broadcast did not fail: no error to read")
     s.check("FAULT-3", "success" not in raised.message.lower(), "never 'Success'", raised, rank=1)
     s.check(

@@ -72,6 +72,7 @@ def test_capability_names_match_the_design():
         "dispatch",
         "error_details",
         "base_path",
+        "endpoint",
         "abort",
     }
     assert a.Capability.TENSORS == "tensors"  # a StrEnum compares as its name

@@ -1,0 +1,196 @@
+"""The adapter contract (DESIGN.md) over SGLang's shared-memory ``MessageQueue``.
+
+``sglang.srt.distributed.device_communicators.shm_broadcast.MessageQueue`` (adapted from
+vLLM's) is what SGLang's ``GroupCoordinator`` broadcasts with when it is asked for a
+message-queue broadcaster: ``MessageQueue.create_from_process_group(cpu_group, 1 << 22,
+6)``: writer = rank 0, every other rank a local reader, 4 MiB slots, 6 of them, a zmq
+XPUB/SUB pair on ``tcp://127.0.0.1`` for payloads of 4 MiB and more.  Same shape as the
+vLLM adapter (``..vllm``): the handle travels through a JSON file next to the base path
+(``..vllm._handle``: 0600, tmp + ``os.replace``, the writer's pid, start time and a nonce)
+because the adapter contract has no process group.  SGLang's handle holds the ring itself
+(``ShmRingBuffer``, pickled by its constructor arguments); the file carries those
+arguments, and a reader rebuilds the ring with SGLang's own constructor, exactly what
+unpickling it does.  This adapter only marshals: no argument checks, no re-init rules.
+
+- ``initialize``: rank 0 ``MessageQueue(n_reader=n-1, n_local_reader=n-1,
+  local_reader_ranks=[1..n-1], 1 << 22, 6)``, handle file, ``wait_until_ready()``, file
+  removed; rank k polls for the file (the ``connect`` deadline),
+  ``MessageQueue.create_from_handle(handle, k)``, ``wait_until_ready()``.
+- ``broadcast``: rank 0 ``enqueue`` of the bytes (a tensor as itself, a list as one list);
+  the others ``dequeue()`` and copy in place (a length mismatch raises naming both sizes).
+- ``reset``: the reference is dropped (``GroupCoordinator.destroy``: ``self.mq_broadcaster
+  = None``; SGLang 0.5.23's queue has no shutdown or close).
+
+No ``deadlines`` capability: SGLang's ``enqueue``/``dequeue``/``wait_until_ready`` take no
+timeout, so every TIME clause is UNSUPPORTED for it rather than judged on the adapter's own
+wait for the handle file (a fixed 120 s).  World size 1 creates no queue (neither does
+``GroupCoordinator``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from typing import Any, Final
+
+from tpbcast.conformance.adapters.vllm._handle import (
+    HandleFile,
+    read_handle,
+    wait_for_handle,
+    write_handle,
+)
+
+from ._shim import import_sglang_module, sglang_version
+
+__all__ = ["CAPABILITIES", "NAME", "TRANSPORT", "SglangMessageQueue", "make"]
+
+NAME: Final = "sglang MessageQueue"
+TRANSPORT: Final = "shm"
+# No ``deadlines``: SGLang's queue has none (enqueue, dequeue and wait_until_ready take no
+# timeout), and the only wait it could bound is the adapter's own handle-file wait, whose
+# PASS would be the adapter's, not SGLang's.
+CAPABILITIES: Final = frozenset({"multi_buffer", "tensors"})
+MAX_CHUNK_BYTES: Final = 1 << 22  # parallel_state.py: create_from_process_group(.., 1 << 22, 6)
+MAX_CHUNKS: Final = 6
+HANDLE_WAIT: Final = 120.0  # the readers' wait for the handle file (the adapter's own)
+SUFFIX: Final = "_sglang_handle.json"
+MODULE: Final = "sglang.srt.distributed.device_communicators.shm_broadcast"
+_USED_NONCES: set[str] = set()
+_SOLO: Final = object()  # a group of one: no queue (GroupCoordinator: world_size > 1 only)
+
+
+def _export(handle: Any) -> dict[str, Any]:
+    """The handle as JSON data: its fields, the ring by its constructor arguments."""
+    ring = handle.buffer
+    return {
+        "connect_ip": handle.connect_ip,
+        "local_reader_ranks": list(handle.local_reader_ranks),
+        "local_subscribe_port": handle.local_subscribe_port,
+        "remote_subscribe_port": handle.remote_subscribe_port,
+        "ring": [ring.n_reader, ring.max_chunk_bytes, ring.max_chunks, ring.shared_memory.name],
+    }
+
+
+def _import(mq: Any, data: Mapping[str, Any]) -> Any:
+    n_reader, chunk_bytes, chunks, name = data["ring"]
+    return mq.Handle(
+        connect_ip=data["connect_ip"],
+        local_reader_ranks=list(data["local_reader_ranks"]),
+        buffer=mq.ShmRingBuffer(n_reader, chunk_bytes, chunks, name),
+        local_subscribe_port=data["local_subscribe_port"],
+        remote_subscribe_port=data["remote_subscribe_port"],
+    )
+
+
+class SglangMessageQueue:
+    """One rank's side of SGLang's ``MessageQueue`` (writer on rank 0, reader elsewhere)."""
+
+    name = NAME
+    transport = TRANSPORT
+    capabilities = CAPABILITIES
+    buffered_broadcasts = MAX_CHUNKS
+
+    def __init__(self) -> None:
+        self.version = sglang_version()
+        self._queue: Any = None
+        self._rank = 0
+        self._written: tuple[str, HandleFile] | None = None
+
+    def initialize(self, rank: int, world_size: int, base_path: str) -> None:
+        from .adapter import not_asked
+
+        if world_size == 1:  # GroupCoordinator creates no queue for a group of one
+            self._queue, self._rank = _SOLO, rank
+            return
+        mq = import_sglang_module(MODULE)
+        path = base_path + SUFFIX
+        queue: Any = None
+        try:
+            if rank == 0:
+                queue = mq.MessageQueue(
+                    n_reader=world_size - 1,
+                    n_local_reader=world_size - 1,
+                    local_reader_ranks=list(range(1, world_size)),
+                    max_chunk_bytes=MAX_CHUNK_BYTES,
+                    max_chunks=MAX_CHUNKS,
+                )
+                entry = write_handle(path, world_size, _export(queue.export_handle()))
+                self._written = (path, entry)
+            else:
+                if not 0 < rank < world_size:
+                    # In SGLang the handle reaches the readers through a collective on the
+                    # cpu_group, which such a rank is not part of; here it would wait on the
+                    # adapter's own handle file: the engine is never asked.
+                    raise not_asked(
+                        "reader_rank",
+                        f"rank {rank} is no reader of a group of {world_size} (readers are "
+                        f"1..{world_size - 1}); only the adapter's handle file would answer",
+                    )
+                entry = wait_for_handle(
+                    path,
+                    rank=rank,
+                    world_size=world_size,
+                    deadline=HANDLE_WAIT,
+                    used=_USED_NONCES,
+                )
+                queue = mq.MessageQueue.create_from_handle(_import(mq, entry.handle), rank)
+            queue.wait_until_ready()
+        except BaseException:
+            del queue
+            self._remove_handle_file()
+            raise
+        self._queue, self._rank = queue, rank
+        self._remove_handle_file()  # every reader has read it once wait_until_ready returns
+
+    def broadcast(self, buffer: Any, root: int = 0) -> None:
+        """Rank 0 enqueues, the others dequeue into ``buffer`` in place (``root`` is
+        SGLang's: the queue's writer is the rank that created it)."""
+        from .adapter import _fill, _payload, not_asked
+
+        many = isinstance(buffer, list | tuple)
+        buffers = list(buffer) if many else [buffer]
+        queue = self._queue
+        if queue is None:
+            raise not_asked("not_initialized", f"rank {self._rank}: broadcast before initialize")
+        if queue is _SOLO:
+            return
+        if self._rank == root:
+            payloads = [_payload(b) for b in buffers]
+            queue.enqueue(payloads if many else payloads[0])
+            return
+        got = queue.dequeue()
+        received = list(got) if many and isinstance(got, list) else [got]
+        if len(received) != len(buffers):
+            raise not_asked(
+                "buffer_count",
+                f"rank {self._rank}: the root sent {len(received)} buffers, this rank has "
+                f"{len(buffers)}",
+            )
+        for index, (target, item) in enumerate(zip(buffers, received, strict=True)):
+            _fill(self._rank, index, target, item)
+
+    def reset(self) -> None:
+        self._queue = None  # GroupCoordinator.destroy: self.mq_broadcaster = None
+        self._remove_handle_file()
+
+    def _remove_handle_file(self) -> None:
+        written, self._written = self._written, None
+        if written is not None:
+            path, entry = written
+            try:
+                current = read_handle(path)
+            except RuntimeError:
+                current = None
+            if current is not None and current.nonce == entry.nonce:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+
+    def is_initialized(self) -> bool:
+        return self._queue is not None
+
+
+def make() -> SglangMessageQueue:
+    """Factory for ``--tpbcast-impl tpbcast.conformance.adapters.sglang.mq:make``."""
+    import_sglang_module(MODULE)
+    return SglangMessageQueue()
