@@ -33,6 +33,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import signal
 import stat
 import time
@@ -354,14 +355,12 @@ def _kind(path: str, st: os.stat_result) -> str | None:
 
 
 def _pid_in_name(name: str, pids: set[int]) -> int | None:
-    token = ""
-    for ch in name + "/":
-        if ch.isdigit():
-            token += ch
-            continue
-        if token and int(token) in pids:
-            return int(token)
-        token = ""
+    """A pid of the group written in ``name`` as a whole field: digits between the name's
+    ends or the separators ``-``, ``_``, ``.`` (``psm_1234``, ``tpbshm-1234-0``), never a
+    run of digits inside a hex or random token that only happens to equal one."""
+    for field in re.split(r"[-_.]", name):
+        if field.isdigit() and int(field) in pids:
+            return int(field)
     return None
 
 

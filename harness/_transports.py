@@ -66,8 +66,8 @@ TRANSPORT_PROFILES: Final[tuple[TransportProfile, ...]] = (
 """Every transport profile, in the order the SPEC and the reports list them."""
 
 DEFAULT_TRANSPORT: Final = "uds-v1"
-"""An adapter that declares no transport speaks RTP-LLM's Unix-socket wire v1: the wire
-every adapter spoke before transports could be declared."""
+"""An adapter that declares no transport speaks RTP-LLM's Unix-socket wire v1: the wire the
+reference and RTP-LLM's own class speak, so an adapter for either needs no declaration."""
 
 
 def transport_profiles() -> tuple[TransportProfile, ...]:

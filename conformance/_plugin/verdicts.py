@@ -4,14 +4,17 @@ through the report (:mod:`.codec`)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import dataclasses
+from collections.abc import Generator, Sequence
 
 import pytest
+
+from tpbcast.harness import CapabilityMissing
 
 from tpbcast.conformance import _checks
 from tpbcast.conformance._results import ImplementationInfo, Verdict
 from tpbcast.conformance._verdicts import Judgement, clause_checks, judge, judge_exception
-from tpbcast.fixtures import loaded_implementation, settings_of
+from tpbcast.fixtures import groups_run, loaded_implementation, settings_of
 
 from .codec import ReportProperties
 from .gate import outside_profile
@@ -69,6 +72,9 @@ def pytest_runtest_makereport(
         log = item.stash.get(LOG_KEY, None)
         recorded = log.checks if log is not None else []
         cited: tuple[str, ...] = item.stash[CLAUSES_KEY]
+        not_asked = _rank_not_asked(item)
+        if not_asked:
+            recorded, phases = _unsupported_instead_of_fail(recorded, phases, not_asked)
         outside = item.stash.get(OUTSIDE_KEY, None)
         if outside is None:  # setup failed before the profile was read: judge it afresh
             outside = outside_profile(item, cited)
@@ -86,3 +92,38 @@ def pytest_runtest_makereport(
         )
         report.user_properties.extend(sent.encode())
     return report
+
+
+def _rank_not_asked(item: pytest.Item) -> str:
+    """Why a rank of the test could not be judged, if one raised ``CapabilityMissing``
+    (an adapter's ``EngineNotAsked``, an undeclared capability) and its group was run to
+    expect failures: the test then judged that rank's status as the implementation's."""
+    for result in groups_run(item):
+        for outcome in result.outcomes:
+            if isinstance(outcome.exception, CapabilityMissing):
+                return f"rank {outcome.rank}: {outcome.exception}"
+    return ""
+
+
+def _unsupported_instead_of_fail(
+    recorded: Sequence[_checks.Check], phases: Sequence[Judgement | None], why: str
+) -> tuple[list[_checks.Check], list[Judgement | None]]:
+    """Every FAIL of a test in which a rank was never judged becomes UNSUPPORTED.
+
+    A rank that raised ``CapabilityMissing`` stopped before doing its part, so whatever
+    the test concluded from that rank's status or from its missing part is the adapter's
+    decision, not the implementation's: never PASS (nothing passed there) and never FAIL.
+    """
+    checks = [
+        dataclasses.replace(c, verdict=Verdict.UNSUPPORTED, message=f"{c.message} ({why})")
+        if c.verdict is Verdict.FAIL
+        else c
+        for c in recorded
+    ]
+    judged = [
+        dataclasses.replace(p, verdict=Verdict.UNSUPPORTED, message=f"{p.message} ({why})")
+        if p is not None and p.verdict is Verdict.FAIL
+        else p
+        for p in phases
+    ]
+    return checks, judged

@@ -20,9 +20,11 @@ _GENERATED_NOTE: Final = (
 )
 
 _INTRO: Final = """\
-This document is the contract a CPU tensor-parallel broadcaster must meet to be wire-compatible
-with RTP-LLM's `CpuTpBroadcaster` (wire protocol v1) and to fix every defect its reviewers found
-(PR #960). Each clause has a stable id (`AREA-N`, never renumbered or reused), a level, one
+This document is the contract a CPU tensor-parallel broadcaster must meet, whatever its
+transport: the `core` clauses hold for any broadcaster (RTP-LLM's `CpuTpBroadcaster`, vLLM's and
+SGLang's shared-memory queues, a torch gloo group), each transport profile adds the clauses of
+its own wire (wire v1 byte-compatible with RTP-LLM's PR #960, its framed redesign PR #1119, shared
+memory, TCP), and every defect the reviewers of PR #960 found is a clause. Each clause has a stable id (`AREA-N`, never renumbered or reused), a level, one
 requirement sentence and its rationale, so tests can cite it (`@pytest.mark.clause("WIRE-1")`)
 and reports can link to it (`SPEC.md#wire-1`).
 

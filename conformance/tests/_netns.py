@@ -6,8 +6,10 @@ RST), so the test gives ranks their own network namespace ("host"), joined to th
 host by a veth pair, and takes the link down.  Everything stays inside the two namespaces:
 the addresses (:data:`ADDRESSES`) exist only there, the veth ends are created directly in
 them (never in the machine's namespace, so their names never collide), and nothing is
-routed out.  Namespace names carry the pid and a counter (tests run in parallel under
-``-n auto``); :func:`two_hosts` always deletes them, also when the test fails.
+routed out.  Namespace names carry the creating process's pid, its start time and a counter
+(tests run in parallel under ``-n auto``); :func:`two_hosts` always deletes them, also when
+the test fails, and first deletes the namespaces of creators that are gone (a worker killed
+with SIGKILL never ran its ``finally``): the start time tells a reused pid from the owner.
 
 Needs root (``CAP_SYS_ADMIN``) and ``ip`` (iproute2); where either is missing,
 :class:`NetnsUnavailableError` says why and the test reports UNSUPPORTED with that reason.
@@ -19,19 +21,22 @@ import contextlib
 import ctypes
 import itertools
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["ADDRESSES", "Hosts", "NetnsUnavailableError", "enter", "two_hosts"]
+__all__ = ["ADDRESSES", "Hosts", "NetnsUnavailableError", "enter", "sweep_orphans", "two_hosts"]
 
 ADDRESSES: Final = ("10.233.0.1", "10.233.0.2")
 """Host A's and host B's address, on the veth pair only (a /30: no other host exists)."""
 PREFIX: Final = 30
 IP_TIMEOUT: Final = 10.0
 _CLONE_NEWNET: Final = 0x40000000
+NETNS_DIR: Final = "/run/netns"
+_OURS: Final = re.compile(r"^tpb-(?P<pid>\d+)\.(?P<start>\d+)-\d+-[ab]$")
 _counter = itertools.count()
 
 
@@ -61,9 +66,14 @@ def _ip(*args: str) -> str:
     ip = shutil.which("ip")
     if ip is None:
         raise NetnsUnavailableError("iproute2's `ip` is not on PATH")
-    done = subprocess.run(
-        [ip, *args], capture_output=True, text=True, timeout=IP_TIMEOUT, check=False
-    )
+    try:
+        done = subprocess.run(
+            [ip, *args], capture_output=True, text=True, timeout=IP_TIMEOUT, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise NetnsUnavailableError(
+            f"`ip {' '.join(args)}` did not finish within {IP_TIMEOUT:g} s"
+        ) from None
     if done.returncode != 0:
         raise NetnsUnavailableError(
             f"`ip {' '.join(args)}` failed with status {done.returncode}: "
@@ -77,14 +87,16 @@ def two_hosts() -> Iterator[Hosts]:
     """Create hosts A and B (module docstring); delete both namespaces on the way out."""
     if os.geteuid() != 0:
         raise NetnsUnavailableError(f"creating network namespaces needs root (euid {os.geteuid()})")
+    sweep_orphans()
     serial = next(_counter)
-    names = (f"tpb-{os.getpid()}-{serial}-a", f"tpb-{os.getpid()}-{serial}-b")
+    owner = f"{os.getpid()}.{_start_stamp(os.getpid())}"
+    names = (f"tpb-{owner}-{serial}-a", f"tpb-{owner}-{serial}-b")
     hosts = Hosts(names)
     made: list[str] = []
     try:
         for name in names:
+            made.append(name)  # first: a timed-out `ip netns add` may still have made it
             _ip("netns", "add", name)
-            made.append(name)
         a, b = hosts.links
         _ip(
             "link",
@@ -107,8 +119,44 @@ def two_hosts() -> Iterator[Hosts]:
         yield hosts
     finally:
         for name in made:  # deleting a namespace deletes the veth end inside it
-            with contextlib.suppress(NetnsUnavailableError, subprocess.TimeoutExpired):
-                _ip("netns", "del", name)
+            _delete(name)
+
+
+def _start_stamp(pid: int) -> int | None:
+    """The process's start time in milliseconds; None if it is gone (or a zombie)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return int(proc.create_time() * 1000)
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _delete(name: str) -> None:
+    if os.path.exists(os.path.join(NETNS_DIR, name)):
+        with contextlib.suppress(NetnsUnavailableError):
+            _ip("netns", "del", name)
+
+
+def sweep_orphans() -> list[str]:
+    """Delete the namespaces of ours whose creator is gone (same pid, other start time, or
+    no such process); never one of a live creator.  Returns the names deleted."""
+    try:
+        entries = os.listdir(NETNS_DIR)
+    except OSError:
+        return []
+    swept = []
+    for name in sorted(entries):
+        match = _OURS.match(name)
+        if match is None:
+            continue
+        if str(_start_stamp(int(match["pid"]))) != match["start"]:
+            _delete(name)
+            swept.append(name)
+    return swept
 
 
 def enter(name: str) -> None:

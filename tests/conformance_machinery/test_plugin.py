@@ -288,6 +288,27 @@ def test_a_call_refused_before_the_implementation_is_unsupported_in_a_rank(suite
     assert result.ret == 0, "UNSUPPORTED is neither PASS nor FAIL"
 
 
+def test_a_rank_the_adapter_answered_for_never_makes_its_group_fail(suite):
+    """A group run to expect failures, where one rank's adapter raised EngineNotAsked: the
+    test reads that rank's status as the implementation's and FAILs its clause.  The rank
+    was never judged, so the clause is UNSUPPORTED, naming the rank and the decision."""
+    result, clause = _run_init1(
+        suite,
+        "    from tpbcast.conformance.tests import _support\n"
+        "    from tpbcast.harness import EngineNotAsked, Status\n"
+        "    def target(ctx):\n"
+        "        if ctx.rank == 1:\n"
+        "            raise EngineNotAsked('rank_range', 'rank 1 refused', 'the engine')\n"
+        "    result = tpbcast_run(target, 2, expect_failure=True, fail_fast=False)\n"
+        "    for outcome in result.outcomes:\n"
+        "        _support.check('INIT-1', outcome.status is Status.OK, 'every rank returns',\n"
+        "                       outcome.status, rank=outcome.rank)\n",
+    )
+    assert clause["verdict"] == "UNSUPPORTED", clause
+    assert "rank 1" in clause["message"] and "the engine was never asked" in clause["message"]
+    assert result.ret == 0, "UNSUPPORTED is neither PASS nor FAIL"
+
+
 def test_hung_rank_is_error_not_fail(suite):
     result, clause = _run_init1(
         suite,

@@ -4,8 +4,9 @@ torch offers two knobs, and the adapters turn the address the suite gives
 (``set_endpoint(host, port)``) into exactly those, nothing else:
 
 - the rendezvous store: ``tcp://<host>:<port>`` (a ``TCPStore`` served by rank 0), the
-  ``init_method`` SGLang's and torch's users pass; without an endpoint, a ``FileStore``
-  next to the base path (no port at all, so parallel groups never collide);
+  ``init_method`` SGLang's and torch's users pass; without an endpoint, a ``TCPStore`` on
+  127.0.0.1 at a port the kernel chooses, published in a handle file next to the base path
+  (a ``FileStore`` keeps the previous group's keys, so a re-init on it hung);
 - gloo's own listening sockets: gloo binds the interface named by ``GLOO_SOCKET_IFNAME``
   (read when a group is created), else the address the host name resolves to.  The
   interface that carries ``host`` is looked up and named there, as an operator would.
