@@ -9,12 +9,11 @@ from collections.abc import Generator, Sequence
 
 import pytest
 
-from tpbcast.harness import CapabilityMissing
-
 from tpbcast.conformance import _checks
 from tpbcast.conformance._results import ImplementationInfo, Verdict
 from tpbcast.conformance._verdicts import Judgement, clause_checks, judge, judge_exception
 from tpbcast.fixtures import groups_run, loaded_implementation, settings_of
+from tpbcast.harness import CapabilityMissing
 
 from .codec import ReportProperties
 from .gate import outside_profile

@@ -24,9 +24,10 @@ This document is the contract a CPU tensor-parallel broadcaster must meet, whate
 transport: the `core` clauses hold for any broadcaster (RTP-LLM's `CpuTpBroadcaster`, vLLM's and
 SGLang's shared-memory queues, a torch gloo group), each transport profile adds the clauses of
 its own wire (wire v1 byte-compatible with RTP-LLM's PR #960, its framed redesign PR #1119, shared
-memory, TCP), and every defect the reviewers of PR #960 found is a clause. Each clause has a stable id (`AREA-N`, never renumbered or reused), a level, one
-requirement sentence and its rationale, so tests can cite it (`@pytest.mark.clause("WIRE-1")`)
-and reports can link to it (`SPEC.md#wire-1`).
+memory, TCP), and every defect the reviewers of PR #960 found is a clause. Each clause has a
+stable id (`AREA-N`, never renumbered or reused), a level, one requirement sentence and its
+rationale, so tests can cite it (`@pytest.mark.clause("WIRE-1")`) and reports can link to it
+(`SPEC.md#wire-1`).
 
 ## Levels
 
