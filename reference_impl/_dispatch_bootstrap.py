@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -29,6 +30,7 @@ __all__ = [
     "bootstrap",
     "derive_ranks",
     "is_uds_eligible",
+    "kill_switch",
 ]
 
 _log = logging.getLogger("tpbcast.reference_impl.dispatch")
@@ -103,6 +105,29 @@ class BootstrapDecision:
 def is_uds_eligible(tp_size: int, local_world_size: int) -> bool:
     """Upstream's intra-node heuristic: UDS only when ``1 < tp_size <= local_world_size``."""
     return 1 < tp_size <= local_world_size
+
+
+KILL_SWITCH_VARIABLES: Final = (
+    "TPBCAST_CPU_TP_BROADCASTER_DISABLE",
+    "RTP_LLM_CPU_TP_BROADCASTER_DISABLE",
+)
+"""Set to 1/true/yes/on (any case, surrounding blanks ignored) on a rank: that rank reports
+itself ineligible, so the group's layout consensus keeps every rank on the collective path
+(an operator's way out when the UDS path misbehaves, as RTP-LLM's redesign offers)."""
+_KILL_SWITCH_ON: Final = frozenset({"1", "true", "yes", "on"})
+
+
+def kill_switch(environ: Mapping[str, str] | None = None) -> str | None:
+    """The kill-switch variable that is set on, as ``NAME=value``; None if none is.
+
+    Blanks around the value are ignored (``"TRUE "`` from a shell script means on: upstream
+    reads it as off and keeps UDS, which an operator who set it would not expect)."""
+    env = os.environ if environ is None else environ
+    for name in KILL_SWITCH_VARIABLES:
+        value = env.get(name)
+        if value is not None and value.strip().lower() in _KILL_SWITCH_ON:
+            return f"{name}={value}"
+    return None
 
 
 def _describe(exc: BaseException) -> str:
@@ -297,7 +322,8 @@ def bootstrap(
             **fields,
         )
 
-    eligible = is_uds_eligible(tp_size, local_world_size)
+    switched_off = kill_switch()
+    eligible = is_uds_eligible(tp_size, local_world_size) and switched_off is None
     if tp_size == 1:
         return decide(
             path=DispatchPath.COLLECTIVE,
@@ -305,7 +331,11 @@ def bootstrap(
             attempted=False,
             reason="tp_size 1: nobody to broadcast to, UDS not set up",
         )
-    layout_note = f"tp_size {tp_size} > local_world_size {local_world_size} (TP spans nodes)"
+    layout_note = (
+        f"tp_size {tp_size} > local_world_size {local_world_size} (TP spans nodes)"
+        if switched_off is None
+        else f"{switched_off}: CPU TP broadcasts stay on the collective path"
+    )
     views = _agree(
         broadcaster,
         STATUS_OK if eligible else STATUS_INELIGIBLE,

@@ -436,6 +436,22 @@ def _keep(ctx, keep_dir, results):
     os.replace(path + ".tmp", path)
 
 
+KILL_SWITCH = "RTP_LLM_CPU_TP_BROADCASTER_DISABLE"
+
+
+def _with_env(name, value, scenario):
+    """Run ``scenario`` with ``name=value`` in this rank's environment, then put it back."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        return scenario()
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
 def _target(ctx, impl, keep_dir):
     import torch.distributed  # noqa: F401 (every rank, while rank 0 runs TP=1)
 
@@ -477,6 +493,12 @@ def _target(ctx, impl, keep_dir):
             rig, local_world_size=1, base_path=missing, label="x", checks=True
         ),
         "repeat": lambda: _guarded(lambda out: _repeat(out, rig, ctx.base_path + "r")),
+        # FALLBACK-18: an eligible layout with the kill switch on every rank.
+        "kill_switch": lambda: _with_env(
+            KILL_SWITCH,
+            "1",
+            lambda: _phase(rig, local_world_size=2, base_path=ctx.base_path + "k", label="k"),
+        ),
         # Last: the others wait for the failing rank (if rank 0 waits with no deadline,
         # only the suite's release ends its bootstrap).
         "consensus": lambda: _phase(rig, local_world_size=2, base_path=bad, label="c"),
@@ -610,6 +632,31 @@ def test_uds_path_exactly_when_initialized(observed):
                     rank=rank,
                 )
     _all_observed(observed, "FALLBACK-1", UDS_PHASES + COLLECTIVE_PHASES)
+
+
+@pytest.mark.clause("FALLBACK-18")
+def test_kill_switch_keeps_the_collective_path(observed):
+    for rank, view in _both(observed, "kill_switch"):
+        s.check(
+            "FALLBACK-18",
+            not view["initialized"],
+            f"with {KILL_SWITCH}=1 the bootstrap at {view['layout']} (an eligible layout) "
+            "leaves the broadcaster down",
+            f"is_initialized() {view['initialized']} (decision {view['decision']}, "
+            f"raised {view['raised']})",
+            rank=rank,
+        )
+        for name in ("one", "multi"):
+            call = view.get(name)
+            if call is not None:
+                s.check(
+                    "FALLBACK-18",
+                    _took_collective(call),
+                    f"with {KILL_SWITCH}=1 a call takes the collective path",
+                    f"{_engine_seen(call)}, data arrived: {call['ok']}, error: {call['error']}",
+                    rank=rank,
+                )
+    _all_observed(observed, "FALLBACK-18", ("kill_switch",))
 
 
 @pytest.mark.clause("FALLBACK-8")
