@@ -79,6 +79,9 @@ def test_two_ranks_broadcast_in_place_reset_and_reinit(endpoint):
             b.broadcast(tensor)
             b.reset()
             got.append((bytes(data), tensor.tolist(), b.is_initialized()))
+            # Re-init only once every rank has reset (RESET-8's own condition): a rank that
+            # re-initialized first met the old group's store on the same port, reset by peer.
+            ctx.sync(f"reset-{round_}")
         return got
 
     result = run_ranks(rank, 2, timeout=60)
