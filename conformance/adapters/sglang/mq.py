@@ -29,14 +29,12 @@ wait for the handle file (a fixed 120 s).  World size 1 creates no queue (neithe
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Mapping
 from typing import Any, Final
 
 from tpbcast.conformance.adapters.vllm._handle import (
     HandleFile,
-    read_handle,
+    remove_if_ours,
     wait_for_handle,
     write_handle,
 )
@@ -178,13 +176,7 @@ class SglangMessageQueue:
         written, self._written = self._written, None
         if written is not None:
             path, entry = written
-            try:
-                current = read_handle(path)
-            except RuntimeError:
-                current = None
-            if current is not None and current.nonce == entry.nonce:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+            remove_if_ours(path, entry)
 
     def is_initialized(self) -> bool:
         return self._queue is not None

@@ -24,7 +24,6 @@ store.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import importlib.metadata
 import math
@@ -33,7 +32,11 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from tpbcast.conformance.adapters.vllm._handle import read_handle, wait_for_handle, write_handle
+from tpbcast.conformance.adapters.vllm._handle import (
+    remove_if_ours,
+    wait_for_handle,
+    write_handle,
+)
 from tpbcast.harness.adapter import EngineNotAsked
 
 from ._endpoint import Endpoint, interface_for
@@ -139,16 +142,7 @@ def make_store(
         )
         entry = write_handle(path, world_size, {"host": LOOPBACK, "port": store.port})
 
-        def remove() -> None:
-            try:
-                current = read_handle(path)
-            except RuntimeError:
-                return
-            if current is not None and current.nonce == entry.nonce:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-
-        return store, remove
+        return store, lambda: remove_if_ours(path, entry)
     entry = wait_for_handle(
         path,
         rank=rank,

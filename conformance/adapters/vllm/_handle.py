@@ -26,6 +26,7 @@ __all__ = [
     "handle_path",
     "process_start_time",
     "read_handle",
+    "remove_if_ours",
     "wait_for_handle",
     "write_handle",
 ]
@@ -182,3 +183,15 @@ def wait_for_handle(
                 f"connect deadline of {deadline:g} s ({last})"
             )
         sleep(min(POLL_INTERVAL, max(0.0, deadline - elapsed)))
+
+
+def remove_if_ours(path: str, entry: HandleFile) -> None:
+    """Remove the handle file at ``path`` if it is still ``entry`` (same nonce): a later
+    group's rank 0 may have replaced it, and its file is not ours to remove."""
+    try:
+        current = read_handle(path)
+    except RuntimeError:
+        return
+    if current is not None and current.nonce == entry.nonce:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)

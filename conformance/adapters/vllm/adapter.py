@@ -47,11 +47,9 @@ Deadlines (capability ``deadlines``), exactly as mapped:
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.metadata
 import math
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -64,7 +62,7 @@ from ._handle import (
     HandleFile,
     HandleFileError,
     handle_path,
-    read_handle,
+    remove_if_ours,
     wait_for_handle,
     write_handle,
 )
@@ -368,13 +366,7 @@ class VllmBroadcaster:
         written, self._handle = self._handle, None
         if written is not None:
             path, entry = written
-            try:
-                current = read_handle(path)
-            except RuntimeError:
-                current = None
-            if current is not None and current.nonce == entry.nonce:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+            remove_if_ours(path, entry)
 
     def is_initialized(self) -> bool:
         return self._config is not None
