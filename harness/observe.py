@@ -3,9 +3,10 @@
 The clause tests' one vocabulary for what the kernel says about a process: a published
 pid and its death, descendants and their start times, fd tables, the names a process
 holds (open, mapped, bound) and those under ``/dev/shm``, a listening Unix socket, thread
-states, signal masks, and a private TMPDIR.  What each reads, and why ``/proc`` where
-psutil does not serve, is in the private module's docstring.  A test author who only runs
-ranks needs none of it.
+states, signal masks, a private TMPDIR, and a calibration busy-spinner (the CPU a
+process that never waits gets here and now, what a waiting rank's CPU is compared with).
+What each reads, and why ``/proc`` where psutil does not serve, is in the private
+module's docstring.  A test author who only runs ranks needs none of it.
 """
 
 from __future__ import annotations
@@ -46,13 +47,17 @@ from ._observe import (
     wait_gone,
     wait_until,
 )
+from ._spinner import Spinner, cpu_seconds, current_cpu, pinned
 
 __all__ = [
     "PID_FILE_PREFIX",
     "SHM_DIR",
     "Held",
     "Proc",
+    "Spinner",
     "alive",
+    "cpu_seconds",
+    "current_cpu",
     "all_stopped",
     "dead",
     "descendants",
@@ -66,6 +71,7 @@ __all__ = [
     "named_now",
     "new_held",
     "pid_path",
+    "pinned",
     "private_tmpdir",
     "publish_pid",
     "published_pid",

@@ -323,24 +323,31 @@ class Call:
     ``os._exit``): never touch that broadcaster again, it is still busy.
     ``CapabilityMissing`` (no answer of the implementation: see :func:`s.attempt`) is
     raised again by :meth:`ended`, in the rank's own thread.
+
+    :meth:`hold` is how a fault test proves a rank died *inside* its call: the call's
+    thread must take the gate before its end reaches the caller, so while the rank holds
+    the gate (until its own SIGKILL) a call that had not returned never does.
     """
 
     def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
         self._out: dict[str, tuple[s.Raised | None, Any]] = {}
         self._missing: CapabilityMissing | None = None
+        self._gate = threading.Lock()
+        self._end = threading.Event()
         self.started = time.monotonic()
 
         def run() -> None:
             start = time.monotonic()
             try:
-                value = fn(*args)
+                end: tuple[s.Raised | None, Any] = (None, fn(*args))
             except CapabilityMissing as exc:
                 self._missing = exc
-                self._out["end"] = (s.capture(exc, time.monotonic() - start), None)
+                end = (s.capture(exc, time.monotonic() - start), None)
             except Exception as exc:
-                self._out["end"] = (s.capture(exc, time.monotonic() - start), None)
-            else:
-                self._out["end"] = (None, value)
+                end = (s.capture(exc, time.monotonic() - start), None)
+            with self._gate:
+                self._out["end"] = end
+                self._end.set()
 
         threading.Thread(target=run, daemon=True, name="tpbcast-call").start()
 
@@ -349,12 +356,27 @@ class Call:
         return "end" in self._out
 
     def wait(self, timeout: float, until: Callable[[], bool] | None = None) -> bool:
-        """Up to ``timeout`` s for the call to end (or ``until()`` to hold); True if it ended."""
-        s.wait_for(lambda: self.done or (until is not None and until()), timeout)
+        """Up to ``timeout`` s for the call to end (or ``until()`` to hold); True if it ended.
+        Without ``until`` it wakes the moment the call ends (a fault "right after the
+        call returned" lands right after)."""
+        if until is None:
+            self._end.wait(timeout)
+        else:
+            s.wait_for(lambda: self.done or until(), timeout)
         return self.done
 
+    def hold(self) -> bool:
+        """Close the gate; True if the call had not returned (and now cannot, until
+        :meth:`release`).  The caller SIGKILLs itself while holding it, or releases it."""
+        self._gate.acquire()
+        return not self.done
+
+    def release(self) -> None:
+        """Open the gate :meth:`hold` closed."""
+        self._gate.release()
+
     def ended(self) -> Ended:
-        if self._missing is not None:
+        if self._missing is not None and self.done:
             raise self._missing
         raised, value = self._out.get("end", (None, None))
         return Ended(self.done, raised, value, time.monotonic() - self.started)

@@ -5,9 +5,17 @@ of its own call, chosen from outside the implementation), so a Unix-socket wire,
 shared-memory ring and vLLM's queue are judged alike.  World 3; rank 2 or rank 0 is the
 victim.  Points: before its call, during it (a seeded delay after the call started, a
 payload large enough to span several socket or ring buffers), right after its call
-returned; a stopped peer against the broadcast deadline of rank 0, of the other peer, or
-of both.  The victim records what its own call did before it dies, so a victim that
+returned (also rank 0 after a 4 MiB broadcast: a root that returns before its bytes left
+it); a stopped peer against the broadcast deadline of rank 0, of the other peer, or of
+both.  The victim records what its own call did before it dies, so a victim that
 returned first counts as a rank that returned.
+
+"During" is proved, not hoped for: the victim closes its call's gate (``_watch.Call.hold``)
+and SIGKILLs itself while holding it, so a call it saw unfinished never returned.  A call
+that returned before the kill point (a root whose 4 MiB left in a millisecond) is not a
+fault during the call: every rank broadcasts again, the kill point earlier each time
+(the last one at once); if the victim's call still returned first every time, the
+staging is not staged (UNSUPPORTED), never judged as a fault during the call.
 
 The judgement per staging: if any rank returned, every surviving rank (and the victim, if
 it got that far) returned the root's bytes; a rank still blocked when the others returned
@@ -25,6 +33,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from tpbcast.harness import SyncError
+
 from . import _support as s
 from . import _watch
 
@@ -33,6 +43,10 @@ SMALL = 1000
 STOP_IO = 1.0
 """The broadcast deadline of the ranks that have one in the stopped-peer stagings."""
 VICTIM = "victim's call: "
+ATTEMPTS = 6
+"""Broadcasts a "during" staging tries before it gives up (kill point halved each time,
+the last at once)."""
+EARLY = "returned before every kill point"
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,7 @@ STAGINGS = {
     "root_killed_before": Staging(0, "before", SMALL),
     "root_killed_during": Staging(0, "during", BIG),
     "root_killed_after": Staging(0, "after", SMALL),
+    "root_killed_after_big": Staging(0, "after", BIG),
     "peer_stopped_root_deadline_small": Staging(2, "stopped", SMALL, (0,)),
     "peer_stopped_root_deadline_big": Staging(2, "stopped", BIG, (0,)),
     "peer_stopped_peer_deadline_big": Staging(2, "stopped", BIG, (1,)),
@@ -83,7 +98,32 @@ def _state(ended, buf, data):
     return "returned" if bytes(buf) == data else "returned wrong bytes"
 
 
-def _play_victim(ctx, bcast, buf, data, staging, *, delay):
+def _data(seed, size, attempt):
+    """The root's bytes of a staging's ``attempt``-th broadcast (distinct per attempt, so a
+    rank that returns an earlier attempt's bytes is caught)."""
+    return s.payload(seed, size) if attempt == 0 else s.payload(seed, size, ("again", attempt))
+
+
+def _buffer(ctx, data):
+    return bytearray(data) if ctx.rank == 0 else bytearray(len(data))
+
+
+def _again(ctx, attempt):
+    """Every rank returned the attempt's bytes: all go on to the next attempt.  False if a
+    rank ended instead (the victim died, a survivor gave up)."""
+    try:
+        ctx.sync(f"again{attempt}", timeout=s.PATIENCE + s.MARGIN)
+    except SyncError:
+        return False
+    return True
+
+
+def _die(ctx, staging, action):
+    ctx.record("fault", action=f"SIGKILL of rank {staging.victim} {action}")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _play_victim(ctx, bcast, seed, staging, *, delay):
     """The victim's part; it never returns (SIGKILL, or SIGSTOP until rank 0 kills it)."""
     what = f"rank {staging.victim}"
     if staging.when == "before":
@@ -92,38 +132,62 @@ def _play_victim(ctx, bcast, buf, data, staging, *, delay):
     if staging.when == "stopped":
         ctx.record("fault", action=f"SIGSTOP of {what} before its broadcast")
         os.kill(os.getpid(), signal.SIGSTOP)
-    call = _watch.Call(bcast.broadcast, buf)
     if staging.when == "during":
-        time.sleep(delay)  # the fault point: a seeded moment inside the call
-    else:
-        call.wait(s.PATIENCE)
-    _note(ctx, _state(call.ended(), buf, data))
-    ctx.record("fault", action=f"SIGKILL of {what} {staging.when} its broadcast")
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _play_survivor(ctx, bcast, buf, data, staging):
+        _victim_during(ctx, bcast, seed, staging, delay=delay)
+    data = _data(seed, staging.size, 0)
+    buf = _buffer(ctx, data)
     call = _watch.Call(bcast.broadcast, buf)
-    call.wait(staging.window)
-    if staging.when == "stopped":
-        if ctx.rank == 1:
-            ctx.notify("observed")
-        else:  # rank 0 ends the stopped victim once both survivors were watched
-            _watch.notified(ctx, "observed", staging.window + s.MARGIN)
-            os.kill(s.published_pid(ctx, staging.victim, "FAULT-12"), signal.SIGKILL)
-    # A call still running gets PATIENCE more (a loaded machine, a slow second path):
-    # "blocked" must mean blocked, not slow.
     call.wait(s.PATIENCE)
-    final = call.ended()
+    _note(ctx, _state(call.ended(), buf, data))
+    _die(ctx, staging, "after its broadcast")
+
+
+def _victim_during(ctx, bcast, seed, staging, *, delay):
+    for attempt in range(ATTEMPTS):
+        data = _data(seed, staging.size, attempt)
+        buf = _buffer(ctx, data)
+        call = _watch.Call(bcast.broadcast, buf)
+        if attempt < ATTEMPTS - 1:
+            time.sleep(delay / 2**attempt)  # the fault point: a seeded moment inside the call
+        if call.hold():  # not returned, and now it cannot: the kill lands inside the call
+            _note(ctx, "in flight")
+            _die(ctx, staging, f"inside its broadcast (attempt {attempt + 1}, call held)")
+        call.release()
+        call.wait(s.PATIENCE)
+        state = _state(call.ended(), buf, data)
+        if state != "returned" or attempt == ATTEMPTS - 1 or not _again(ctx, attempt):
+            _note(ctx, EARLY if state == "returned" else state)
+            _die(ctx, staging, f"after its broadcast (attempt {attempt + 1}: it {state} first)")
+
+
+def _play_survivor(ctx, bcast, seed, staging):
+    attempts = ATTEMPTS if staging.when == "during" else 1
+    for attempt in range(attempts):
+        data = _data(seed, staging.size, attempt)
+        buf = _buffer(ctx, data)
+        call = _watch.Call(bcast.broadcast, buf)
+        call.wait(staging.window)
+        if staging.when == "stopped":
+            if ctx.rank == 1:
+                ctx.notify("observed")
+            else:  # rank 0 ends the stopped victim once both survivors were watched
+                _watch.notified(ctx, "observed", staging.window + s.MARGIN)
+                os.kill(s.published_pid(ctx, staging.victim, "FAULT-12"), signal.SIGKILL)
+        # A call still running gets PATIENCE more (a loaded machine, a slow second path):
+        # "blocked" must mean blocked, not slow.
+        call.wait(s.PATIENCE)
+        final = call.ended()
+        state = _state(final, buf, data)
+        if state != "returned" or attempt == attempts - 1 or not _again(ctx, attempt):
+            break
     if final.done:
         bcast.reset()
-    return _state(final, buf, data)
+    return state
 
 
 @pytest.mark.clause("FAULT-12")
 @pytest.mark.parametrize("staging", STAGINGS.values(), ids=STAGINGS.keys())
 def test_all_or_nothing_under_process_faults(tpbcast_run, tpbcast_impl, staging):
-    data = s.payload(tpbcast_run.seed, staging.size)
     delay = random.Random(tpbcast_run.seed).uniform(0.0, 0.004)
     if staging.deadlines is not None and not tpbcast_impl.supports("deadlines"):
         s.stageable("FAULT-12", False, "a stopped peer against a deadline needs `deadlines`")
@@ -136,10 +200,9 @@ def test_all_or_nothing_under_process_faults(tpbcast_run, tpbcast_impl, staging)
         bcast.initialize(ctx.rank, 3, ctx.base_path)
         s.publish_pid(ctx)
         ctx.sync("ready")
-        buf = bytearray(data) if ctx.rank == 0 else bytearray(staging.size)
         if ctx.rank == staging.victim:
-            _play_victim(ctx, bcast, buf, data, staging, delay=delay)
-        return _play_survivor(ctx, bcast, buf, data, staging)
+            _play_victim(ctx, bcast, tpbcast_run.seed, staging, delay=delay)
+        return _play_survivor(ctx, bcast, tpbcast_run.seed, staging)
 
     result = tpbcast_run(
         target,
@@ -165,6 +228,14 @@ def _judge(result, staging):
             return
         states[outcome.rank] = outcome.value
     notes = [f.action[len(VICTIM) :] for f in dead.faults if f.action.startswith(VICTIM)]
+    if notes and notes[-1] == EARLY:
+        s.stageable(
+            "FAULT-12",
+            False,
+            f"rank {staging.victim}'s broadcast returned before each of "
+            f"{ATTEMPTS} kill points (the last at once), so no kill landed during it",
+        )
+        return
     states[staging.victim] = f"victim {notes[-1]}" if notes else "victim killed before its call"
     returned = [r for r, st in states.items() if st in ("returned", "victim returned")]
     others = [r for r, st in states.items() if st in ("raised", "in flight", "victim raised")]
