@@ -112,7 +112,7 @@ class Spinner:
 
     def __init__(self, cpu: int | None = None, ready: float = 10.0) -> None:
         where = -1 if cpu is None else cpu
-        self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and code
+        self._proc = subprocess.Popen(
             [sys.executable, "-S", "-c", _CODE, str(os.getpid()), str(where)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -152,10 +152,8 @@ class Spinner:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGKILL and reap the spinner (idempotent)."""
         if self._proc.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 self._proc.send_signal(signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self._proc.wait(timeout=timeout)
         if self._proc.stdout is not None:
             self._proc.stdout.close()

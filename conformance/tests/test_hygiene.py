@@ -363,8 +363,8 @@ def _calibrated_wait(ctx, call, *args):
     """(the waiting rank) ``call(*args)`` pinned to one CPU beside a calibration spinner
     (a ``sched_yield`` loop, this rank's child: same niceness) pinned to the same CPU;
     returns (own CPU, spinner CPU, wall) over the same window."""
-    cpu = observe.current_cpu()
-    with observe.pinned(cpu), observe.Spinner(cpu) as spin:
+    core = observe.current_cpu()
+    with observe.pinned(core), observe.Spinner(core) as spin:
         path = _spinner_path(ctx, ctx.rank)
         with open(f"{path}.tmp", "w") as fh:
             fh.write(str(spin.pid))
