@@ -324,12 +324,21 @@ class Call:
     ``CapabilityMissing`` (no answer of the implementation: see :func:`s.attempt`) is
     raised again by :meth:`ended`, in the rank's own thread.
 
+    ``on_end`` runs in the call's thread the moment the call ends, before its end is
+    published: a fault "right after the call returned" lands there, microseconds after it
+    (a root whose bytes are still in a helper thread's queue still holds them).
+
     :meth:`hold` is how a fault test proves a rank died *inside* its call: the call's
     thread must take the gate before its end reaches the caller, so while the rank holds
     the gate (until its own SIGKILL) a call that had not returned never does.
     """
 
-    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        on_end: Callable[[Ended], None] | None = None,
+    ) -> None:
         self._out: dict[str, tuple[s.Raised | None, Any]] = {}
         self._missing: CapabilityMissing | None = None
         self._gate = threading.Lock()
@@ -345,6 +354,8 @@ class Call:
                 end = (s.capture(exc, time.monotonic() - start), None)
             except Exception as exc:
                 end = (s.capture(exc, time.monotonic() - start), None)
+            if on_end is not None:  # in this thread, before anything else of the rank runs
+                on_end(Ended(True, end[0], end[1], time.monotonic() - self.started))
             with self._gate:
                 self._out["end"] = end
                 self._end.set()

@@ -5,10 +5,13 @@ of its own call, chosen from outside the implementation), so a Unix-socket wire,
 shared-memory ring and vLLM's queue are judged alike.  World 3; rank 2 or rank 0 is the
 victim.  Points: before its call, during it (a seeded delay after the call started, a
 payload large enough to span several socket or ring buffers), right after its call
-returned (also rank 0 after a 4 MiB broadcast: a root that returns before its bytes left
-it); a stopped peer against the broadcast deadline of rank 0, of the other peer, or of
-both.  The victim records what its own call did before it dies, so a victim that
-returned first counts as a rank that returned.
+returned (killed by the call's own thread the moment it returned); rank 0 while both
+readers, already in their call, are SIGSTOPped: killed the moment its 32 MiB broadcast
+returns (a root that returns before its bytes left it: its readers, continued as it dies,
+can never get them), or in flight after 2 s if it waits for its readers; a stopped peer
+against the broadcast deadline of rank 0, of the other peer, or of both.  The victim
+records what its own call did before it dies, so a victim that returned first counts as a
+rank that returned.
 
 "During" is proved, not hoped for: the victim closes its call's gate (``_watch.Call.hold``)
 and SIGKILLs itself while holding it, so a call it saw unfinished never returned.  A call
@@ -28,17 +31,24 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 from dataclasses import dataclass
 
 import pytest
 
-from tpbcast.harness import SyncError
+from tpbcast.harness import SyncError, observe
 
 from . import _support as s
 from . import _watch
 
 BIG = 4 * s.MiB
+HUGE = 32 * s.MiB
+"""More than the kernel buffers of any connection can hold for two readers: a root whose
+broadcast returns while its readers are stopped has not handed its bytes over."""
+HOLD = 2.0
+"""How long rank 0 waits for its broadcast to its stopped readers before it is killed in
+flight (a root that needs its readers to take the bytes never returns)."""
 SMALL = 1000
 STOP_IO = 1.0
 """The broadcast deadline of the ranks that have one in the stopped-peer stagings."""
@@ -76,7 +86,7 @@ STAGINGS = {
     "root_killed_before": Staging(0, "before", SMALL),
     "root_killed_during": Staging(0, "during", BIG),
     "root_killed_after": Staging(0, "after", SMALL),
-    "root_killed_after_big": Staging(0, "after", BIG),
+    "root_killed_after_readers_stopped": Staging(0, "readers_stopped", HUGE),
     "peer_stopped_root_deadline_small": Staging(2, "stopped", SMALL, (0,)),
     "peer_stopped_root_deadline_big": Staging(2, "stopped", BIG, (0,)),
     "peer_stopped_peer_deadline_big": Staging(2, "stopped", BIG, (1,)),
@@ -134,12 +144,19 @@ def _play_victim(ctx, bcast, seed, staging, *, delay):
         os.kill(os.getpid(), signal.SIGSTOP)
     if staging.when == "during":
         _victim_during(ctx, bcast, seed, staging, delay=delay)
+    if staging.when == "readers_stopped":
+        _root_with_readers_stopped(ctx, bcast, seed, staging)
     data = _data(seed, staging.size, 0)
     buf = _buffer(ctx, data)
-    call = _watch.Call(bcast.broadcast, buf)
+
+    def right_after(end):  # in the call's thread, the moment the call ended
+        _note(ctx, _state(end, buf, data))
+        _die(ctx, staging, "right after its broadcast ended")
+
+    call = _watch.Call(bcast.broadcast, buf, on_end=right_after)
     call.wait(s.PATIENCE)
-    _note(ctx, _state(call.ended(), buf, data))
-    _die(ctx, staging, "after its broadcast")
+    _note(ctx, _state(call.ended(), buf, data))  # still in flight after PATIENCE
+    _die(ctx, staging, "after waiting for its broadcast")
 
 
 def _victim_during(ctx, bcast, seed, staging, *, delay):
@@ -160,12 +177,49 @@ def _victim_during(ctx, bcast, seed, staging, *, delay):
             _die(ctx, staging, f"after its broadcast (attempt {attempt + 1}: it {state} first)")
 
 
+def _root_with_readers_stopped(ctx, bcast, seed, staging):
+    readers = [1, 2]
+    for rank in readers:
+        ctx.wait(f"reading{rank}", timeout=s.PATIENCE)
+    pids = [s.published_pid(ctx, rank, "FAULT-12") for rank in readers]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    stopped = all(
+        observe.wait_until(lambda p=pid: observe.all_stopped(p), s.PATIENCE) for pid in pids
+    )
+    ctx.record("fault", action=f"SIGSTOP of ranks 1 and 2 inside their broadcast: {stopped}")
+    data = _data(seed, staging.size, 0)
+    buf = _buffer(ctx, data)
+    fate = threading.Lock()  # one of the two ends below notes and kills, never both
+
+    def end(state, action):
+        fate.acquire()
+        _note(ctx, state)
+        ctx.record("fault", action=f"SIGCONT of ranks 1 and 2, SIGKILL of rank 0 {action}")
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    call = _watch.Call(
+        bcast.broadcast,
+        buf,
+        on_end=lambda ended: end(_state(ended, buf, data), "the moment its broadcast ended"),
+    )
+    call.wait(HOLD)
+    if call.hold():  # still in flight, and now it cannot return
+        end("in flight", f"inside its broadcast after {HOLD:g} s (call held)")
+    call.release()
+    call.wait(s.PATIENCE)  # its end is being noted in the call's thread: the kill comes
+
+
 def _play_survivor(ctx, bcast, seed, staging):
     attempts = ATTEMPTS if staging.when == "during" else 1
     for attempt in range(attempts):
         data = _data(seed, staging.size, attempt)
         buf = _buffer(ctx, data)
         call = _watch.Call(bcast.broadcast, buf)
+        if staging.when == "readers_stopped":
+            ctx.notify(f"reading{ctx.rank}")  # rank 0 stops this rank inside its call
         call.wait(staging.window)
         if staging.when == "stopped":
             if ctx.rank == 1:
@@ -217,6 +271,12 @@ def test_all_or_nothing_under_process_faults(tpbcast_run, tpbcast_impl, staging)
 def _judge(result, staging):
     dead = result.outcomes[staging.victim]
     s.killed("FAULT-12", dead)
+    if staging.when == "readers_stopped":
+        s.fault_happened(
+            "FAULT-12",
+            any("inside their broadcast: True" in f.detail for f in dead.faults),
+            f"ranks 1 and 2 were not seen stopped: {dead.summary()}",
+        )
     states = {}
     for outcome in result.outcomes:
         if outcome.rank == staging.victim:
