@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -501,6 +502,39 @@ def test_reset_releases_a_blocked_reader(tpbcast_run, tpbcast_impl, by):
 # ------------------------------------------------------------------ SHM-9
 
 
+HUGE = 32 * s.MiB
+"""SHM-9's SIGKILL case: more than the kernel buffers of any connection hold for a reader,
+so a root that returns while its reader is stopped has not handed its bytes over."""
+HOLD = 2.0
+"""How long rank 0 waits for that broadcast before it lets its reader go on."""
+
+
+def _kill_as_it_returns(ctx, bcast, data):
+    """(rank 0, SHM-9's in-flight SIGKILL) Stop the waiting reader, broadcast, and be
+    SIGKILLed (the ``teardown`` point) the moment the broadcast returns, continuing the
+    reader just before: a root whose bytes are still in a helper thread's queue when its
+    call returns loses them whatever the machine's speed.  A broadcast that needs the
+    reader (a ring smaller than the payload) is let finish after :data:`HOLD` s, the
+    reader continued, and then killed: a correct transport delivers either way."""
+    reader = s.published_pid(ctx, 1, "SHM-9")
+    os.kill(reader, signal.SIGSTOP)
+    s.fault_happened(
+        "SHM-9", observe.wait_until(lambda: observe.all_stopped(reader), 10), "SIGSTOP of rank 1"
+    )
+
+    def teardown(ended):  # in the call's thread, the moment the call ended
+        if ended.raised is None:
+            ctx.notify("sent")
+        os.kill(reader, signal.SIGCONT)
+        ctx.point("teardown")
+
+    call = _watch.Call(bcast.broadcast, bytearray(data), on_end=teardown)
+    if not call.wait(HOLD):
+        os.kill(reader, signal.SIGCONT)
+    call.wait(s.PATIENCE)
+    threading.Event().wait(s.PATIENCE)  # the teardown point kills this rank meanwhile
+
+
 @pytest.mark.idle_wait
 @pytest.mark.clause("SHM-9")
 @pytest.mark.parametrize("how", ["reset", "exit", "kill"])
@@ -520,8 +554,14 @@ def test_payload_before_teardown_is_delivered_or_reported(
         bcast = _make(tpbcast_impl)
         bcast.initialize(ctx.rank, 2, ctx.base_path)
         s.group_roundtrip(ctx, bcast, [100])
+        stopped = when == "in-flight" and how == "kill"
         size = 100 if when == "queued" else _above_chunk(bcast)
+        size = max(size, HUGE) if stopped else size
         data = s.payload(ctx.seed, size, ("shm9", how, when))
+        if ctx.rank == 0 and stopped:
+            ctx.wait("reader_waiting", timeout=15)
+            _kill_as_it_returns(ctx, bcast, data)
+            return "never torn down"
         if ctx.rank == 0:
             if when == "in-flight":
                 ctx.wait("reader_waiting", timeout=15)
