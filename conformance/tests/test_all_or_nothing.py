@@ -184,9 +184,7 @@ def _root_with_readers_stopped(ctx, bcast, seed, staging):
     pids = [s.published_pid(ctx, rank, "FAULT-12") for rank in readers]
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
-    stopped = all(
-        observe.wait_until(lambda p=pid: observe.all_stopped(p), s.PATIENCE) for pid in pids
-    )
+    stopped = observe.wait_until(lambda: all(map(observe.all_stopped, pids)), s.PATIENCE)
     ctx.record("fault", action=f"SIGSTOP of ranks 1 and 2 inside their broadcast: {stopped}")
     data = _data(seed, staging.size, 0)
     buf = _buffer(ctx, data)
