@@ -27,11 +27,16 @@ fails it at once, naming the rank.  Once every peer is in, rank 0 sends each the
 ``0x5a``: a peer's ``initialize`` returns only then (a barrier, as wire v1's probe).
 
 Broadcast.  Rank 0 sends each peer, in rank order, an 8-byte length and the payload, then
-reads one acknowledgement byte from each: it returns only once every peer has the bytes,
-so it buffers no broadcast for a peer that reads nothing (``buffered_broadcasts = 0``).  A
-peer whose expected length differs raises and closes.  A zero-byte broadcast moves
-nothing.  A failed broadcast closes every connection at once (the others fail promptly)
-and leaves the instance broken until ``reset``.
+reads one acknowledgement byte from each, checks that no peer has closed since, and only
+then sends each the commit byte; a peer returns only on the commit.  So rank 0 buffers no
+broadcast for a peer that reads nothing (``buffered_broadcasts = 0``), and a broadcast one
+rank fails (a peer killed, stopped past a deadline) fails on every rank: the others see
+its connections close, never a commit.  What this cannot make atomic is the commit itself:
+a rank 0 that dies between two peers' commit bytes, or a peer whose deadline passes just
+after rank 0 looked, leaves one peer returned and one raised (the framed wire's shared
+decision word has no TCP counterpart).  A peer whose expected length differs raises and
+closes.  A zero-byte broadcast moves nothing.  A failed broadcast closes every connection
+at once (the others fail promptly) and leaves the instance broken until ``reset``.
 
 Liveness.  A process that dies has its kernel close its connections: the others see EOF or
 a reset in milliseconds.  A host that vanishes sends nothing at all, so every connection
@@ -82,6 +87,7 @@ _LENGTH: Final = struct.Struct("!Q")
 ACCEPTED, STALE, REFUSED = b"Y", b"S", b"N"
 GO: Final = b"\x5a"
 ACK: Final = b"\x06"
+COMMIT: Final = b"\x07"
 # A peer's connect fails with these while rank 0 is not (yet) listening: it tries again.
 _RETRY: Final = frozenset(
     {errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT, errno.EHOSTUNREACH}
@@ -787,6 +793,11 @@ class TcpFanoutBroadcaster:
                     bytes_done=total,
                     bytes_total=total,
                 )
+        for link in self._links:  # a peer that gave up after acknowledging has closed by now
+            if _spoke(link.sock):
+                raise self._io_error(link, None, "broadcast", total, (total, total, start))
+        for link in self._links:
+            self._send(link, memoryview(COMMIT), deadline, "broadcast", (total, total, start))
 
     def _take(self, view: memoryview) -> None:
         total = view.nbytes
@@ -810,6 +821,20 @@ class TcpFanoutBroadcaster:
             )
         self._recv(link, view, deadline, "broadcast", (0, total, start))
         self._send(link, memoryview(ACK), deadline, "broadcast", (total, total, start))
+        commit = bytearray(1)
+        self._recv(link, memoryview(commit), deadline, "broadcast", (total, total, start))
+        if bytes(commit) != COMMIT:
+            raise self._fail(
+                TcpConfigurationError,
+                f"rank 0 at {link.address} sent {bytes(commit)!r}, not the commit; "
+                f"{total} of {total} bytes done",
+                "broadcast",
+                start,
+                peer=0,
+                address=link.address,
+                bytes_done=total,
+                bytes_total=total,
+            )
 
     # ------------------------------------------------------------------ reset
 
@@ -848,6 +873,13 @@ def _check_arguments(rank: object, world_size: object, base_path: object) -> Non
         )
     if not isinstance(base_path, str) or not base_path or "\0" in base_path:
         raise TcpConfigurationError(f"base_path must be a non-empty path, got {base_path!r}")
+
+
+def _spoke(sock: socket.socket) -> bool:
+    """Whether the other side closed (or sent something out of turn): readable now."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _deadline(seconds: float | None) -> float:
