@@ -17,7 +17,7 @@ import signal
 import pytest
 
 from tpbcast.conformance.plugin import require
-from tpbcast.harness import Status
+from tpbcast.harness import Status, observe
 
 from . import _support as s
 from . import _watch
@@ -165,7 +165,7 @@ def test_root_failure_on_a_dead_peer_releases_the_others(tpbcast_run, tpbcast_im
         if ctx.rank == 1:
             s.publish_pid(ctx)
             ctx.record("fault", action="SIGKILL of rank 1 after initialize")
-            os.kill(os.getpid(), signal.SIGKILL)
+            observe.kill(os.getpid())
         if ctx.rank == 2:
             call = _watch.Call(drain, bcast)
             if not _watch.notified(ctx, "root_failed", s.GROUP_TIMEOUT):
