@@ -122,8 +122,7 @@ class CapabilityMissing(AdapterError):  # noqa: N818 - a verdict (UNSUPPORTED), 
 
 
 ENGINE_SURFACES: Final = {
-    "lifecycle": "not-initialized state (no engine object exists before initialize or after "
-    "reset)",
+    "lifecycle": "not-initialized state (no engine object exists before initialize or after reset)",
     "receive_buffers": "caller buffers (it delivers objects, which the adapter copies into the "
     "caller's buffer)",
     "process_group": "rendezvous of its own (ranks and its handle come from a process group, "

@@ -160,8 +160,7 @@ class SglangMessageQueue:
         if queue is None:
             raise not_asked(
                 "not_initialized",
-                f"rank {self._rank}: broadcast before initialize or after reset: there is "
-                "no queue",
+                f"rank {self._rank}: broadcast before initialize or after reset: there is no queue",
                 "lifecycle",
             )
         payloads = [_payload(b) for b in buffers] if self._rank == 0 else None

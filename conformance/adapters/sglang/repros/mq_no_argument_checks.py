@@ -26,6 +26,7 @@ import gc
 import importlib
 import os
 import sys
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pyobj_faults import sglang_modules  # the same import workaround
@@ -42,7 +43,7 @@ def main() -> int:
         "sglang.srt.distributed.parallel_state"
     ).GroupCoordinator
 
-    def writer(n_readers: int):  # parallel_state: create_from_process_group(.., 1 << 22, 6)
+    def writer(n_readers: int) -> Any:  # parallel_state: create_from_process_group(.., 1 << 22, 6)
         readers = list(range(1, n_readers + 1))
         return mq.MessageQueue(n_readers, n_readers, readers, 1 << 22, 6)
 
@@ -56,14 +57,16 @@ def main() -> int:
             what = f"accepted it as a remote reader ({len(fds() - before)} new fds)"
             defect = True
             del queue
-        except Exception as exc:  # noqa: BLE001 - whatever SGLang raises is what we report
+        except Exception as exc:
             opened = len(fds() - before)
             what = f"{type(exc).__name__}: {exc!r:.60} after opening {opened} new fd(s)"
             defect = opened > 0 or not isinstance(exc, ValueError)
         gc.collect()
         shown += defect
-        print(f"{'DEFECT' if defect else 'OK'}: create_from_handle(handle, {rank}) for a "
-              f"group of 2: {what} (no rank check)")
+        print(
+            f"{'DEFECT' if defect else 'OK'}: create_from_handle(handle, {rank}) for a "
+            f"group of 2: {what} (no rank check)"
+        )
     try:
         writer(-1)
         print("DEFECT: a queue for world size 0 was built")
@@ -73,8 +76,10 @@ def main() -> int:
     before = fds()
     again = writer(1)  # rank 0 initializes again, the same arguments
     added = len(fds() - before)
-    print(f"{'DEFECT' if added else 'OK'}: building the queue again (no re-initialize) "
-          f"opens {added} new fd(s) and refuses nothing")
+    print(
+        f"{'DEFECT' if added else 'OK'}: building the queue again (no re-initialize) "
+        f"opens {added} new fd(s) and refuses nothing"
+    )
     shown += bool(added)
     coordinator = coordinator_class.__new__(coordinator_class)
     coordinator.world_size, coordinator.mq_broadcaster = 3, again
@@ -84,9 +89,11 @@ def main() -> int:
         shown += 1
     except AssertionError as exc:
         named = "2" in str(exc)
-        print(f"{'OK' if named else 'DEFECT'}: broadcast_object(src=2) on a group of 3 "
-              f"refused by an assert whose message {'names' if named else 'does not name'} "
-              f"the root: {str(exc)!r}")
+        print(
+            f"{'OK' if named else 'DEFECT'}: broadcast_object(src=2) on a group of 3 "
+            f"refused by an assert whose message {'names' if named else 'does not name'} "
+            f"the root: {str(exc)!r}"
+        )
         shown += not named
     del first, again
     gc.collect()

@@ -27,7 +27,6 @@ import gc
 import os
 
 from _common import RPC_DIR, MessageQueue, new_writer_queue
-
 from vllm.distributed.parallel_state import GroupCoordinator
 
 
@@ -44,14 +43,16 @@ def main() -> int:
         try:
             MessageQueue.create_from_handle(handle, rank)
             what, defect = "accepted it", True
-        except Exception as exc:  # noqa: BLE001 - whatever vLLM raises is what we report
+        except Exception as exc:
             opened = len(fds() - before)
             what = f"{type(exc).__name__}: {exc!r:.60} after opening {opened} new fd(s)"
             defect = opened > 0 or not isinstance(exc, ValueError)
         gc.collect()
         shown += defect
-        print(f"{'DEFECT' if defect else 'OK'}: create_from_handle(handle, {rank}) for a "
-              f"group of 2: {what} (no rank check)")
+        print(
+            f"{'DEFECT' if defect else 'OK'}: create_from_handle(handle, {rank}) for a "
+            f"group of 2: {what} (no rank check)"
+        )
     try:
         new_writer_queue(-1)
         print("DEFECT: a queue for world size 0 was built")
@@ -61,8 +62,10 @@ def main() -> int:
     sockets = {p for p in os.listdir(RPC_DIR)}
     again = new_writer_queue(1)  # rank 0 initializes again, the same arguments
     added = sorted(set(os.listdir(RPC_DIR)) - sockets)
-    print(f"{'DEFECT' if added else 'OK'}: building the queue again (no re-initialize) "
-          f"binds {len(added)} new IPC socket(s) and refuses nothing: {added}")
+    print(
+        f"{'DEFECT' if added else 'OK'}: building the queue again (no re-initialize) "
+        f"binds {len(added)} new IPC socket(s) and refuses nothing: {added}"
+    )
     shown += bool(added)
     coordinator = GroupCoordinator.__new__(GroupCoordinator)
     coordinator.world_size, coordinator.mq_broadcaster = 3, again
@@ -72,9 +75,11 @@ def main() -> int:
         shown += 1
     except AssertionError as exc:
         named = "2" in str(exc)
-        print(f"{'OK' if named else 'DEFECT'}: broadcast_object(src=2) on a group of 3 "
-              f"refused by an assert whose message {'names' if named else 'does not name'} "
-              f"the root: {str(exc)!r}")
+        print(
+            f"{'OK' if named else 'DEFECT'}: broadcast_object(src=2) on a group of 3 "
+            f"refused by an assert whose message {'names' if named else 'does not name'} "
+            f"the root: {str(exc)!r}"
+        )
         shown += not named
     del writer, again
     gc.collect()
