@@ -413,6 +413,23 @@ def stageable(cid: str, holds: object, what: str) -> bool:
     return False
 
 
+def staged_elsewhere(cid: str, holds: object, what: str, other: str) -> bool:
+    """Record ``cid`` NOT_TESTED by this test ("staged by <other> instead: ...") unless
+    ``holds``; return ``bool(holds)``.
+
+    For a staging that rests on another clause the implementation does not meet (INIT-11's
+    retry after a bad argument needs INIT-1's refusal first) when ``other``, a test that
+    needs no such thing, stages the same clause: the clause is judged there, PASS or FAIL,
+    instead of being UNSUPPORTED here (an UNSUPPORTED check outweighs every PASS and FAIL
+    of the clause).  Never PASS: the test's implicit PASS of a clause with no check of its
+    own does not apply either.
+    """
+    if holds:
+        return True
+    record_unjudged(cid, Verdict.NOT_TESTED, f"not staged by this test ({what}); {other} stages it")
+    return False
+
+
 def clause(cid: str, sentence: str, got: object, *, rank: int | None = None) -> str:
     """An assertion message that states the clause first: ``ID: sentence -- got ...``.
 
