@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
-from ._results import Verdict
+from ._results import OPTIONAL_ABSENT, Verdict
 
 __all__ = [
     "CLAUSE_MESSAGE_RE",
@@ -35,6 +35,7 @@ __all__ = [
     "clause_of_message",
     "end",
     "record",
+    "record_absent",
     "record_unjudged",
 ]
 
@@ -169,3 +170,18 @@ def record_unjudged(clause_id: str, verdict: Verdict, message: str) -> None:
     if log is None:
         raise PreconditionError(clause_id, message)
     log.checks.append(Check(clause_id, verdict, f"{clause_id}: {message}"))
+
+
+def record_absent(clause_id: str, what: str) -> None:
+    """Record that the test saw the optional behaviour of MAY clause ``clause_id`` absent.
+
+    A PASS check (the clause allows the absence: "optional; if present it must work as
+    described") whose message marks it, so the reports can say the option is absent
+    (``_results``: the same rule for every MAY clause; against a MUST or SHOULD clause the
+    record is a suite defect and counts as ERROR).  Outside a conformance test's process it
+    does nothing: an absence is no failure to raise.
+    """
+    log = active_log()
+    if log is None:
+        return
+    log.checks.append(Check(clause_id, Verdict.PASS, f"{clause_id}: {OPTIONAL_ABSENT}: {what}"))

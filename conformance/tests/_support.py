@@ -21,7 +21,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tpbcast.conformance._checks import PreconditionError, record, record_unjudged
+from tpbcast.conformance._checks import (
+    PreconditionError,
+    record,
+    record_absent,
+    record_unjudged,
+)
 from tpbcast.conformance._results import Verdict
 from tpbcast.harness import CapabilityMissing, observe
 from tpbcast.harness.rogue import rogue_peer
@@ -410,6 +415,21 @@ def stageable(cid: str, holds: object, what: str) -> bool:
     if holds:
         return True
     record_unjudged(cid, Verdict.UNSUPPORTED, f"not stageable on this implementation: {what}")
+    return False
+
+
+def optional_present(cid: str, present: object, what: str) -> bool:
+    """For a MAY clause: record the option absent (``what`` was seen instead) unless
+    ``present``; return ``bool(present)``, so the test judges the option only where it is.
+
+    An absent option is what a MAY clause allows: the clause holds (PASS, marked absent in
+    the reports), it is not UNSUPPORTED (the test staged the situation and saw what the
+    implementation does).  The rule lives in the verdict machinery (``_results``) for every
+    MAY clause; a MUST or SHOULD clause given to this is a suite defect (ERROR).
+    """
+    if present:
+        return True
+    record_absent(cid, what)
     return False
 
 
