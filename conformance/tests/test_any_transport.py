@@ -150,9 +150,7 @@ def test_initialize_that_timed_out_leaves_nothing_and_a_retry_works(tpbcast_run,
         no_retry = os.path.join(ctx.workdir, "no_retry")
         if ctx.rank == 1:
             # The absent peer: it starts only once rank 0's first call is over.
-            if not _watch.notified(ctx, "first_over", bound + s.MARGIN) or os.path.exists(
-                no_retry
-            ):
+            if not _watch.notified(ctx, "first_over", bound + s.MARGIN) or os.path.exists(no_retry):
                 return None
             bcast = s.make(tpbcast_impl, connect=s.PATIENCE, init=s.PATIENCE, io=s.PATIENCE)
             joined = s.attempt(bcast.initialize, 1, 2, ctx.base_path)

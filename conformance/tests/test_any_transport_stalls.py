@@ -325,8 +325,9 @@ def test_second_broadcast_while_one_is_pending(tpbcast_run, tpbcast_impl):
     """MAY: rank 1's first broadcast waits in one thread (rank 0 has sent nothing) when a
     second broadcast on the same instance starts in another.  If the implementation refuses
     the second, the error must say why; a second call that waits its turn instead shows the
-    optional refusal absent (the clause holds: reported as absent, not UNSUPPORTED).  Rank 0 then sends two payloads, which
-    ends whatever still waits.  (The uds-v1 test holds the link from a byte-level root.)"""
+    optional refusal absent (the clause holds: reported as absent, not UNSUPPORTED).  Rank 0
+    then sends two payloads, which ends whatever still waits.  (The uds-v1 test holds the
+    link from a byte-level root.)"""
     refusal = 1.0  # a refusal is immediate; the second call still waiting then is not one
 
     def target(ctx):

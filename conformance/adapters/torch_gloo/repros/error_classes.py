@@ -23,15 +23,15 @@ import torch.distributed as dist
 SHORT = datetime.timedelta(seconds=0.2)
 
 
-def not_initialized():
+def not_initialized() -> None:
     dist.broadcast(torch.zeros(1, dtype=torch.uint8), src=0)
 
 
-def configuration():
+def configuration() -> None:
     dist.TCPStore("127.0.0.1", 0, 0, True, timeout=SHORT, wait_for_workers=False)
 
 
-def timeout():
+def timeout() -> None:
     store = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=SHORT, wait_for_workers=False)
     dist.init_process_group("gloo", store=store, rank=0, world_size=2, timeout=SHORT)
 

@@ -14,6 +14,7 @@ fails (``DistStoreError: wait timeout``).  The script then shows:
     python failed_init.py          # prints both findings; exit status 0 either way
 """
 
+import contextlib
 import datetime
 import gc
 import os
@@ -27,17 +28,15 @@ SHORT = datetime.timedelta(seconds=0.5)
 LONG = datetime.timedelta(seconds=10)
 
 
-def fds():
+def fds() -> dict[str, str]:
     out = {}
     for name in os.listdir("/proc/self/fd"):
-        try:
+        with contextlib.suppress(OSError):
             out[name] = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            pass
     return out
 
 
-def peer(port):
+def peer(port: int) -> None:
     store = dist.TCPStore("127.0.0.1", port, 2, False, timeout=LONG)
     start = time.monotonic()
     try:
@@ -48,7 +47,7 @@ def peer(port):
         print(f"rank 1: {type(exc).__name__} after {time.monotonic() - start:.2f} s: {exc}")
 
 
-def root():
+def root() -> None:
     before = fds()
     store = dist.TCPStore("127.0.0.1", 0, 2, True, timeout=SHORT, wait_for_workers=False)
     try:
