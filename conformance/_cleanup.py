@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import pytest
 
+from tpbcast.conformance.spec import default_spec
 from tpbcast.fixtures import loaded_implementation
 from tpbcast.harness.runtime import Leak, remove_leaks, size_text, take_leaks
 
@@ -31,19 +32,24 @@ __all__ = ["P_CLEANUP", "CleanupPlugin", "RunCleanup", "summary_line"]
 
 P_CLEANUP: Final = "tpbcast_cleanup"
 CLEANUP_FILE: Final = "cleanup.json"
+# In order of preference when the test cites none: the transport's own clause first.
 _FILE_CLAUSES: Final = ("SHM-1", "SHM-2", "SHM-3", "HYG-2", "HYG-4")
-_PROCESS_CLAUSES: Final = ("SHM-12", "HYG-1")
+_PROCESS_CLAUSES: Final = ("SHM-12", "HYG-1")  # the same order
 
 
 def clause_for(kind: str, cited: Iterable[str], transport: str) -> str:
-    """The clause a leftover of ``kind`` breaks, for a test citing ``cited``."""
+    """The clause a leftover of ``kind`` breaks, for a test citing ``cited``: the one the
+    test cites, else the transport's own leftover clause (the SHM ones on a transport they
+    are scoped to) before the core one."""
     candidates = _PROCESS_CLAUSES if kind == "process" else _FILE_CLAUSES
     for cid in cited:
         if cid in candidates:
             return cid
-    if kind == "process":
-        return "SHM-12" if transport == "shm" else "HYG-1"
-    return "SHM-1" if transport == "shm" else "HYG-2"
+    spec = default_spec()
+    for cid in candidates:
+        if cid in spec and spec[cid].applies_to(transport):
+            return cid
+    return candidates[-1]
 
 
 def _entry(leak: Leak, clause: str, problem: str) -> dict[str, Any]:

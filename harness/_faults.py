@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from . import _companions
+from ._leaks import note_before_kill
 from ._observe import stat_fields
 from ._outcome import signal_name
 from ._proc import PR_SET_PDEATHSIG_KILL, save_coverage, set_pdeathsig
@@ -83,6 +84,7 @@ class Kill(FaultAction):
 
     def fire(self, ctx: FaultRecorder, point: str) -> None:
         _flush_std()
+        note_before_kill(os.getpid())  # a killed rank never notes what it held itself
         os.kill(os.getpid(), self.signal)
 
 

@@ -13,8 +13,10 @@ their own entries at the same time, so an entry is only ever taken as the group'
 proof that names one of the group's processes:
 
 - ``held``: a rank or its descendant held it (mapped, open or bound: ``/proc/<pid>/maps``,
-  ``fd``, ``net/unix``) when the rank's target ended (a rank looks only if /dev/shm or
-  /tmp changed since the group began: otherwise two ``stat`` calls);
+  ``fd``, ``net/unix``) when the rank's target ended, or right before the suite killed it
+  (:func:`note_before_kill`: a fault's SIGKILL, the runner stopping a hung rank); a rank
+  looks only if /dev/shm or /tmp changed since the group began: otherwise two ``stat``
+  calls;
 - ``name``: its name carries the pid of one of the group's processes (a ring naming its
   segment ``<prefix>-<creator pid>-<random>``), and it was created during the group;
 - ``descendant``: a process that was a descendant of a rank when its target ended
@@ -45,11 +47,13 @@ __all__ = [
     "LeakWatch",
     "claim",
     "collect_leaks",
+    "note_before_kill",
     "note_held",
     "pending_leaks",
     "remove_leaks",
     "size_text",
     "take_leaks",
+    "watch_this_rank",
 ]
 
 SHM_DIR = "/dev/shm"
@@ -167,7 +171,38 @@ def note_held(watch: LeakWatch | None, rank: int) -> None:
     and neither directory changed (the common case)."""
     if watch is None:
         return
-    kids = _descendants()
+    _write_notes(watch, str(rank), _held_lines(watch, os.getpid()))
+
+
+def watch_this_rank(watch: LeakWatch | None) -> None:
+    """In a rank, at its start: the group's watch, for :func:`note_before_kill` calls made
+    in this process (a rank that kills itself or a peer as its fault)."""
+    _RANK_WATCH[:] = [watch] if watch is not None else []
+
+
+def note_before_kill(pid: int, watch: LeakWatch | None = None) -> None:
+    """Right before a process of the group is killed: what it and its descendants hold
+    now, noted as a rank's end would note it.
+
+    A SIGKILLed rank never reaches its own :func:`note_held`, and once it is dead nothing
+    maps its segments any more, so without this a segment it created would be no one's
+    (a random name like ``psm_1f2e3d4c`` carries no pid) and stay in /dev/shm.  In a rank
+    the group's watch is known (:func:`watch_this_rank`); the runner passes its own.
+    Noting nothing costs two ``stat`` calls when neither directory changed."""
+    if watch is None:
+        if not _RANK_WATCH:
+            return
+        watch = _RANK_WATCH[0]
+    with contextlib.suppress(OSError):
+        _write_notes(watch, f"killed-{pid}", _held_lines(watch, pid))
+
+
+_RANK_WATCH: list[LeakWatch] = []
+
+
+def _held_lines(watch: LeakWatch, root: int) -> list[str]:
+    """``root``'s live descendants and the new entries it or a descendant holds."""
+    kids = _descendants(root)
     lines = [f"proc\t{pid}\t{start}\n" for pid, start in kids]
     new = watch.new_paths()
     if new:
@@ -177,18 +212,22 @@ def note_held(watch: LeakWatch | None, rank: int) -> None:
                 st = os.lstat(path)
                 keys[(st.st_dev, st.st_ino)] = path
         unix = _unix_paths()
-        for pid in (os.getpid(), *(pid for pid, _ in kids)):
+        for pid in (root, *(pid for pid, _ in kids)):
             lines += [f"{pid}\t{path}\n" for path in _held_by(pid, keys, set(new), unix)]
+    return lines
+
+
+def _write_notes(watch: LeakWatch, name: str, lines: list[str]) -> None:
     if lines:
-        with open(f"{watch.capture_dir}/{rank}.{_HELD_KIND}", "w") as fh:
+        with open(f"{watch.capture_dir}/{name}.{_HELD_KIND}", "w") as fh:
             fh.writelines(lines)
 
 
-def _descendants() -> list[tuple[int, int]]:
-    """Live descendants of this process as ``(pid, start time)``, from each thread's
+def _descendants(root: int) -> list[tuple[int, int]]:
+    """Live descendants of ``root`` as ``(pid, start time)``, from each thread's
     ``children`` list (setsid does not change a parent: a detached helper is here too)."""
     found: list[tuple[int, int]] = []
-    todo = [os.getpid()]
+    todo = [root]
     while todo:
         parent = todo.pop()
         try:

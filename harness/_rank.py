@@ -22,7 +22,7 @@ from ._context import RankContext
 from ._exitpipe import ExitEnd, report_failure
 from ._faults import PlannedFault
 from ._forksafety import make_rank_torch_safe
-from ._leaks import LeakWatch, note_held
+from ._leaks import LeakWatch, note_held, watch_this_rank
 from ._mesh import Mesh
 from ._observe import describe_fd, open_fds
 from ._plumbing import private_fds
@@ -268,6 +268,7 @@ def _run(
     set_pdeathsig(PR_SET_PDEATHSIG_KILL)
     if os.getppid() != spec.parent_pid:
         return EXIT_ORPHANED
+    watch_this_rank(spec.leak_watch)  # a fault that SIGKILLs this rank notes what it held
     # 3. Signals: the parent forked with its handlers deferred (see DeferredSignals): put
     #    its own back. The parent (pytest, a plugin) may have handlers of its own; the
     #    runner computed which ones to reset before fork (SIGPIPE back to SIG_DFL by default).

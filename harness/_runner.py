@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from ._channel import RecordWriter, read_records
 from ._faults import FaultPlan
 from ._forksafety import check_fork_safety, ranks_need_single_torch
-from ._leaks import Leak, LeakWatch, collect_leaks
+from ._leaks import Leak, LeakWatch, collect_leaks, note_before_kill
 from ._mesh import Mesh
 from ._observe import list_group_members
 from ._outcome import GroupResult
@@ -330,6 +330,7 @@ def run_ranks(
             kill_grace=kill_grace,
             timeout=timeout,
             skip_codes=skip_exit_codes,
+            watch=watch,
         )
         completed = True
     finally:
@@ -461,6 +462,7 @@ def _supervise(
     kill_grace: float,
     timeout: float,
     skip_codes: Mapping[int, str] | None = None,
+    watch: LeakWatch | None = None,
 ) -> list[int]:
     """Wait for the ranks up to the deadline (judging the ones already reaped after the
     short-group wait first); fail-fast shrinks the deadline at the first failure.  Returns
@@ -494,7 +496,7 @@ def _supervise(
         hung = [by_pid[p] for p in reaper.live]
         for r in hung:  # "stopped: rank N failed" reads apart from a hang of its own
             r.stopped_by = culprit
-        _stop_hung(hung, reaper, wd, reason, kill_grace)
+        _stop_hung(hung, reaper, wd, reason, kill_grace, watch=watch)
         for r in ranks:
             if r.killed_by_harness:
                 failure_order.append(r.rank)
@@ -502,9 +504,16 @@ def _supervise(
 
 
 def _stop_hung(
-    hung: list[RankState], reaper: Reaper, wd: Workdir, reason: str, kill_grace: float
+    hung: list[RankState],
+    reaper: Reaper,
+    wd: Workdir,
+    reason: str,
+    kill_grace: float,
+    *,
+    watch: LeakWatch | None = None,
 ) -> None:
-    """Stack dump, SIGTERM, grace, SIGKILL of the process group; reap."""
+    """Stack dump, SIGTERM, grace, SIGKILL of the process group; reap.  What a hung rank
+    holds is noted first (``note_before_kill``): killed, it could not prove its segments."""
     by_pid = {r.pid: r for r in hung}
 
     def collect(until: float) -> None:
@@ -519,6 +528,9 @@ def _stop_hung(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(r.pid, sig)
     _wait_for_dumps([r for r in hung if r.pid in reaper.live], wd, kill_grace)
+    for r in hung:
+        if watch is not None and r.pid in reaper.live:
+            note_before_kill(r.pid, watch)
     for r in hung:
         if r.pid in reaper.live:
             r.killed_by_harness = True

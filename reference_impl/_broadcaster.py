@@ -49,7 +49,7 @@ from ._errors import (
 )
 from ._exchange import Turn, check_not_stale, peer_exchange, root_exchange
 from ._framed import ABORT_BIT, broadcast_timeout_from_env, next_generation
-from ._io import Deadline, Site, make_poller, recv_exact, send_all, send_views
+from ._io import Deadline, Site, make_poller, recv_exact, recv_views, send_all, send_views
 from ._wire import check_path_length, socket_path
 
 __all__ = ["BroadcasterStatistics", "CpuTpBroadcaster", "instance"]
@@ -552,21 +552,16 @@ class CpuTpBroadcaster:
         route: _Route,
     ) -> None:
         sock, site, poller = route.links[0]
-        abort_fd = route.abort_fd
-        done = 0
-        for view in views:
-            done += recv_exact(
-                sock,
-                view,
-                deadline,
-                site,
-                offset=done,
-                total=total,
-                abort_fd=abort_fd,
-                poller=poller,
-                wait_first=done == 0,
-            )
-        self._bytes_received += done
+        self._bytes_received += recv_views(
+            sock,
+            views,
+            deadline,
+            site,
+            total=total,
+            abort_fd=route.abort_fd,
+            poller=poller,
+            wait_first=True,
+        )
 
     def _break(self, exc: BaseException) -> None:
         reason = str(exc) or type(exc).__name__

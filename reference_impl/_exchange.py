@@ -29,7 +29,7 @@ from typing import Final
 
 from ._errors import BroadcastError, BroadcastTimeoutError, HandshakeError, PeerClosedError
 from ._framed import ABORT_BIT, ACK, HEADER_SIZE, MAGIC, DecisionBoard, pack_header, unpack_header
-from ._io import Deadline, Site, recv_exact, send_all
+from ._io import Deadline, Site, recv_exact, recv_views, send_all
 
 __all__ = [
     "GenerationAbortedError",
@@ -204,18 +204,7 @@ def peer_exchange(link: Link, views: Sequence[memoryview], total: int, turn: Tur
             wait_first=True,
         )
         check_header(raw, total, site, deadline)
-        done = 0
-        for view in views:
-            done += recv_exact(
-                sock,
-                view,
-                deadline,
-                site,
-                offset=done,
-                total=total,
-                abort_fd=abort_fd,
-                poller=poller,
-            )
+        recv_views(sock, views, deadline, site, total=total, abort_fd=abort_fd, poller=poller)
         send_all(
             sock,
             memoryview(_ACK_BYTE),

@@ -37,6 +37,7 @@ __all__ = [
     "Site",
     "make_poller",
     "recv_exact",
+    "recv_views",
     "send_all",
     "send_views",
 ]
@@ -418,6 +419,36 @@ def send_views(
             )
         done += size
     return total
+
+
+def recv_views(
+    sock: socket.socket,
+    views: Sequence[memoryview],
+    deadline: Deadline,
+    site: Site,
+    *,
+    total: int,
+    abort_fd: int | None = None,
+    poller: select.poll | None = None,
+    wait_first: bool = False,
+) -> int:
+    """Fill several buffers back to back (``total`` bytes) before ``deadline``; the
+    receiving half of :func:`send_views`.  ``wait_first`` polls before the first read
+    only (see :func:`recv_exact`); errors name the byte offset within the whole call."""
+    done = 0
+    for view in views:
+        done += recv_exact(
+            sock,
+            view,
+            deadline,
+            site,
+            offset=done,
+            total=total,
+            abort_fd=abort_fd,
+            poller=poller,
+            wait_first=wait_first and done == 0,
+        )
+    return done
 
 
 def recv_exact(

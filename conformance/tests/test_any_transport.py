@@ -17,7 +17,7 @@ import time
 import pytest
 
 from tpbcast.conformance.plugin import require
-from tpbcast.harness import EngineNotAsked, FaultPlan, SignalStorm, Status, SyncError
+from tpbcast.harness import EngineNotAsked, FaultPlan, SignalStorm, Status, SyncError, observe
 
 from . import _support as s
 from . import _watch
@@ -314,7 +314,7 @@ def test_peer_killed_during_bootstrap_fails_rank0_promptly(tpbcast_run, tpbcast_
             call = _watch.Call(bcast.initialize, 1, 3, ctx.base_path)
             call.wait(s.MARGIN)  # let it reach rank 0 (it cannot finish without rank 2)
             ctx.record("fault", action="SIGKILL of rank 1 inside its initialize")
-            os.kill(os.getpid(), signal.SIGKILL)
+            observe.kill(os.getpid())
         ctx.notify("root_in_init")
         raised, took = s.timed(bcast.initialize, 0, 3, ctx.base_path)
         ctx.notify("root_done")
@@ -410,7 +410,7 @@ def test_failed_broadcast_poisons_the_live_links_too(tpbcast_run, tpbcast_impl):
         if ctx.rank == 2:
             s.publish_pid(ctx)
             ctx.record("fault", action="SIGKILL of rank 2 after initialize")
-            os.kill(os.getpid(), signal.SIGKILL)
+            observe.kill(os.getpid())
         if ctx.rank == 1:
             call = _watch.Call(drain, bcast)
             # Watch until rank 0 has tried the marker, and a margin more: a correct root

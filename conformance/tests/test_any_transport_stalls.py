@@ -17,7 +17,7 @@ import signal
 import pytest
 
 from tpbcast.conformance.plugin import require
-from tpbcast.harness import Status
+from tpbcast.harness import Status, observe
 
 from . import _support as s
 from . import _watch
@@ -26,6 +26,34 @@ from .test_time import _follows, _Pair
 
 def _release_note(released):
     return "; the suite released the call after its bound" if released else ""
+
+
+def _blocked_values(cid, outcomes, stalled, blocked, who):
+    """The stalled side's ``released`` flags and the blocked side's values, or None once a
+    blocked rank is judged: one the group deadline had to stop waited past its io deadline
+    and past the stalled side's reset (an engine whose reset frees nothing, or that has no
+    deadline), which is ``cid``'s FAIL with its stack, not an ERROR of the group."""
+    for rank in stalled:
+        s.fault_happened(cid, outcomes[rank].faults, outcomes[rank].summary())
+    hung = [outcomes[r] for r in blocked if outcomes[r].status is Status.TIMED_OUT]
+    for outcome in hung:
+        stack = "\n".join((outcome.stack_dump or "(no stack dump)").strip().splitlines()[:12])
+        s.check(
+            cid,
+            False,
+            f"{who} ends with an error within its io deadline",
+            "still blocked when the group deadline stopped it, after its deadline and "
+            f"after the stalled side's reset. Stack:\n{stack}",
+            rank=outcome.rank,
+        )
+    if hung:
+        return None
+    # A stalled rank stopped in its own reset is that reset's defect, not this clause's.
+    others = [outcomes[r] for r in stalled if outcomes[r].status is not Status.TIMED_OUT]
+    for outcome in (*others, *(outcomes[r] for r in blocked)):
+        s.precondition(cid, outcome.status is Status.OK, outcome.summary())
+    released = any(outcome.value for outcome in others)
+    return released, [outcomes[r].value for r in blocked]
 
 
 @pytest.mark.clause("TIME-5")
@@ -58,11 +86,16 @@ def test_root_stalled_by_a_peer_that_stops_reading(tpbcast_run, tpbcast_impl):
         bcast.reset()
         return raised, sent
 
-    result = tpbcast_run(target, 4, timeout=s.GROUP_TIMEOUT + 10)
-    for peer in (result.outcomes[1], result.outcomes[3]):
-        s.fault_happened("TIME-5", peer.faults, peer.summary())
-    raised = tuple(result.outcomes[r].value[0] for r in (0, 2))
-    released = result.outcomes[1].value or result.outcomes[3].value
+    result = tpbcast_run(
+        target, 4, fail_fast=False, expect_failure=True, timeout=s.GROUP_TIMEOUT + 10
+    )
+    judged = _blocked_values(
+        "TIME-5", result.outcomes, (1, 3), (0, 2), "a root broadcasting to a stopped reader"
+    )
+    if judged is None:
+        return
+    released, values = judged
+    raised = tuple(value[0] for value in values)
     _follows(
         "TIME-5",
         "a root broadcasting to a peer that stopped reading" + _release_note(released),
@@ -109,15 +142,18 @@ def test_peer_stalled_by_a_root_that_stops_writing(tpbcast_run, tpbcast_impl):
         bcast.reset()
         return raised, bytes(first) == data
 
-    result = tpbcast_run(target, 4, timeout=s.GROUP_TIMEOUT + 10)
-    for root in (result.outcomes[0], result.outcomes[2]):
-        s.fault_happened("TIME-5", root.faults, root.summary())
-    for peer in (result.outcomes[1], result.outcomes[3]):
-        s.precondition(
-            "TIME-5", peer.value[1], f"rank {peer.rank} never got the first payload intact"
-        )
-    raised = tuple(result.outcomes[r].value[0] for r in (1, 3))
-    released = result.outcomes[0].value or result.outcomes[2].value
+    result = tpbcast_run(
+        target, 4, fail_fast=False, expect_failure=True, timeout=s.GROUP_TIMEOUT + 10
+    )
+    judged = _blocked_values(
+        "TIME-5", result.outcomes, (0, 2), (1, 3), "a peer whose root stopped writing"
+    )
+    if judged is None:
+        return
+    released, values = judged
+    for rank, value in zip((1, 3), values, strict=True):
+        s.precondition("TIME-5", value[1], f"rank {rank} never got the first payload intact")
+    raised = tuple(value[0] for value in values)
     _follows(
         "TIME-5",
         "a peer whose root stopped writing" + _release_note(released),
@@ -165,7 +201,7 @@ def test_root_failure_on_a_dead_peer_releases_the_others(tpbcast_run, tpbcast_im
         if ctx.rank == 1:
             s.publish_pid(ctx)
             ctx.record("fault", action="SIGKILL of rank 1 after initialize")
-            os.kill(os.getpid(), signal.SIGKILL)
+            observe.kill(os.getpid())
         if ctx.rank == 2:
             call = _watch.Call(drain, bcast)
             if not _watch.notified(ctx, "root_failed", s.GROUP_TIMEOUT):

@@ -21,12 +21,11 @@ on a loaded machine is never near it.
 from __future__ import annotations
 
 import os
-import signal
 import time
 
 import pytest
 
-from tpbcast.harness import Status
+from tpbcast.harness import Status, observe
 
 from . import _support as s
 
@@ -47,8 +46,8 @@ def _die(ctx, how: str) -> None:
     """SIGKILL this rank, or its whole process group (helper processes included)."""
     ctx.record("fault", action=f"SIGKILL of the rank's {how}")
     if how == "process group":
-        os.killpg(os.getpgid(0), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
+        observe.kill(os.getpid(), group=True)
+    observe.kill(os.getpid())
 
 
 def _progress(ctx, text: str) -> None:

@@ -9,7 +9,6 @@ reported as an unattributed group failure.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import struct
@@ -17,7 +16,7 @@ import struct
 import pytest
 
 from tpbcast.conformance.plugin import require
-from tpbcast.harness import Exit, FaultPlan, Kill, Pause, wire
+from tpbcast.harness import Exit, FaultPlan, Kill, Pause, observe, wire
 from tpbcast.harness.rogue import rogue_peer, rogue_root
 
 from . import _support as s
@@ -235,7 +234,7 @@ def test_root_killed_mid_broadcast(tpbcast_run, tpbcast_impl):
             bcast.reset()
             return first, second
         ctx.wait("peer1_done", timeout=15)
-        os.kill(s.published_pid(ctx, 0, "FAULT-2"), signal.SIGKILL)
+        observe.kill(s.published_pid(ctx, 0, "FAULT-2"))
         ctx.record("fault", action="SIGKILL rank 0 while it writes to peer 2")
         ctx.notify("root_killed")
         raised = s.attempt(bcast.broadcast, bytearray(size))

@@ -112,7 +112,7 @@ def _await_death(ctx, rank, timeout=15.0):
 def _kill_own_group(ctx):
     """The fault of the process-group variants: SIGKILL to this rank's process group."""
     ctx.record("fault", action="SIGKILL to the rank's process group")
-    os.killpg(os.getpgrp(), signal.SIGKILL)
+    observe.kill(os.getpid(), group=True)
 
 
 def _reset_bounded(bcast, bound=RELEASE):
@@ -638,7 +638,7 @@ def _stale_target(tpbcast_impl, earlier, world):
         first = _watch.Call(bcast.initialize, 1, world, ctx.base_path)
         if earlier == "root-killed-in-bootstrap":
             first.wait(5.0)  # rank 0 is still waiting for rank 2: its names are published
-            os.kill(s.published_pid(ctx, 0, "SHM-11"), signal.SIGKILL)
+            observe.kill(s.published_pid(ctx, 0, "SHM-11"))
             ctx.record("fault", action="SIGKILL rank 0 during its bootstrap")
             gone = _await_death(ctx, 0) is not None
         else:

@@ -65,7 +65,7 @@ TIERS = {  # each tier's __all__
     "tpbcast.harness.observe": _names(
         """
         PID_FILE_PREFIX SHM_DIR Held Proc alive all_stopped dead describe descendants
-        fd_cloexec fd_targets held load_observation loose modes_in named_now new_held
+        fd_cloexec fd_targets held kill load_observation loose modes_in named_now new_held
         pid_path private_tmpdir publish_pid published_pid save_observation shm_names
         signal_masks still_named still_there thread_count thread_wait unix_listening wait_dead
         wait_gone wait_until

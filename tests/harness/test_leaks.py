@@ -11,9 +11,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
-from tpbcast.harness import run_ranks
+import pytest
+
+from tpbcast.harness import Status, run_ranks
 from tpbcast.harness._tempenv import add_temp_dir_variables
 from tpbcast.harness.runtime import pending_leaks, remove_leaks, take_leaks
 
@@ -158,3 +161,48 @@ def test_what_another_process_creates_meanwhile_is_never_taken():
             foreign.wait(timeout=10)
             for path in _ours(prefix):
                 os.unlink(path)
+
+
+def _map_random_segment(prefix):
+    """A segment named as multiprocessing names one (no pid in it), kept mapped."""
+    fd = os.open(f"/dev/shm/{prefix}psm_{secrets.token_hex(4)}", os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, 1 << 16)
+    _KEPT.append(mmap.mmap(fd, 1 << 16))
+    os.close(fd)
+
+
+def _map_then_die(ctx, prefix, how):
+    """Rank 1 maps a randomly named segment, then is SIGKILLed (a fault) or hangs until
+    the harness stops it: it never reaches its own end, where it would note what it held."""
+    if ctx.rank != 1:
+        return None
+    _map_random_segment(prefix)
+    if how == "fault":
+        from tpbcast.harness import observe
+
+        observe.kill(os.getpid())
+    threading.Event().wait(120)  # hung: the group deadline stops it
+    return None
+
+
+@pytest.mark.parametrize("how", ["fault", "hung"])
+def test_a_killed_rank_s_segment_is_proven_from_what_it_held_before_the_kill(how):
+    prefix = f"tpbkill{os.getpid()}x{secrets.token_hex(2)}"
+    remove_leaks(take_leaks())
+    try:
+        result = run_ranks(
+            _map_then_die, 2, timeout=3 if how == "hung" else 30, args=(prefix, how), kill_grace=0.5
+        )
+        victim = result.outcomes[1]
+        assert victim.status in (Status.SIGNALED, Status.TIMED_OUT), result.report()
+        left = _ours(prefix)
+        assert len(left) == 1, left  # the segment outlived its killed creator
+        by_path = {leak.path: leak for leak in result.leaks if not leak.in_workdir}
+        assert left[0] in by_path, (left, result.leaks)
+        assert by_path[left[0]].proof == "held"
+        assert by_path[left[0]].creator == victim.pid
+        assert remove_leaks(take_leaks()) == []
+        assert _ours(prefix) == []
+    finally:
+        for path in _ours(prefix):
+            os.unlink(path)
