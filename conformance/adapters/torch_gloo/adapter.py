@@ -225,9 +225,11 @@ class TorchGlooBroadcaster:
 
     def broadcast(self, buffer: Any, root: int = 0) -> None:
         """One ``dist.broadcast`` per buffer, in order (module docstring)."""
-        dist = _dist()
-        for one in buffer if isinstance(buffer, list | tuple) else [buffer]:
-            dist.broadcast(as_tensor(one), src=root)
+        if isinstance(buffer, list | tuple):
+            for one in buffer:
+                _dist().broadcast(as_tensor(one), src=root)
+            return
+        _dist().broadcast(as_tensor(buffer), src=root)
 
     def reset(self) -> None:
         dist = _dist()
