@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
-from ._results import Verdict
+from ._results import OPTIONAL_ABSENT, Verdict
 
 __all__ = [
     "CLAUSE_MESSAGE_RE",
@@ -35,6 +35,7 @@ __all__ = [
     "clause_of_message",
     "end",
     "record",
+    "record_absent",
     "record_unjudged",
 ]
 
@@ -149,16 +150,38 @@ def record(clause_id: str, passed: bool, message: str, *, rank: int | None = Non
 
 def record_unjudged(clause_id: str, verdict: Verdict, message: str) -> None:
     """Record that a test could NOT judge ``clause_id`` (UNSUPPORTED: never staged; ERROR:
-    too few cases staged to tell), without stopping the test.
+    too few cases staged to tell; NOT_TESTED: this test's staging depends on another
+    clause the implementation does not meet, and another test stages the clause without
+    it), without stopping the test.
 
     A soft counterpart of :class:`PreconditionError` for a test that judges several clauses
     over many cases (the fuzz tests): each clause gets its own staging verdict, so a clause
-    no case staged is never PASS because the test as a whole ran.  Outside a conformance
-    test's process it raises :class:`PreconditionError` (nobody would read the log).
+    no case staged is never PASS because the test as a whole ran.  A NOT_TESTED check
+    counts as absent in the clause's verdict (it neither passes the clause nor keeps the
+    other test's verdict from deciding it) but stays listed with its reason.  Outside a
+    conformance test's process it raises :class:`PreconditionError` (nobody would read the
+    log).
     """
-    if verdict not in (Verdict.UNSUPPORTED, Verdict.ERROR):
-        raise ValueError(f"record_unjudged takes UNSUPPORTED or ERROR, not {verdict.value}")
+    if verdict not in (Verdict.UNSUPPORTED, Verdict.ERROR, Verdict.NOT_TESTED):
+        raise ValueError(
+            f"record_unjudged takes UNSUPPORTED, ERROR or NOT_TESTED, not {verdict.value}"
+        )
     log = active_log()
     if log is None:
         raise PreconditionError(clause_id, message)
     log.checks.append(Check(clause_id, verdict, f"{clause_id}: {message}"))
+
+
+def record_absent(clause_id: str, what: str) -> None:
+    """Record that the test saw the optional behaviour of MAY clause ``clause_id`` absent.
+
+    A PASS check (the clause allows the absence: "optional; if present it must work as
+    described") whose message marks it, so the reports can say the option is absent
+    (``_results``: the same rule for every MAY clause; against a MUST or SHOULD clause the
+    record is a suite defect and counts as ERROR).  Outside a conformance test's process it
+    does nothing: an absence is no failure to raise.
+    """
+    log = active_log()
+    if log is None:
+        return
+    log.checks.append(Check(clause_id, Verdict.PASS, f"{clause_id}: {OPTIONAL_ABSENT}: {what}"))

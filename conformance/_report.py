@@ -321,6 +321,17 @@ def _headline(suite: SuiteResult) -> str:
     return "PASS: every MUST clause was judged and holds"
 
 
+def _core_unsupported_text(suite: SuiteResult) -> str:
+    """``"2: RESET-9 (generation); BCAST-11 (adapter:peer_buffer)"``: each core clause left
+    UNSUPPORTED and the capability (or adapter surface) the implementation did not declare."""
+    unjudged = suite.core_unsupported()
+    return f"{len(unjudged)}" + (f": {'; '.join(u.label for u in unjudged)}" if unjudged else "")
+
+
+def _absent_text(suite: SuiteResult) -> str:
+    return ", ".join(r.clause.id for r in suite.optional_absent) or "none"
+
+
 def _expectations_md(suite: SuiteResult) -> list[str]:
     if not suite.expectations:
         return []
@@ -357,6 +368,8 @@ def render_report_markdown(
             "",
             f"- Result: **{_headline(suite)}** (exit status {exit_status(suite)})",
             f"- Judged: {suite.judgement_summary()}",
+            f"- Core UNSUPPORTED: {_core_unsupported_text(suite)}",
+            f"- MAY options absent (allowed): {_absent_text(suite)}",
             f"- Implementation: `{impl.spec or impl.name}`, version {impl.version or 'unknown'}",
             f"- Capabilities: {', '.join(sorted(impl.capabilities)) or 'none declared'}",
             f"- Transport: {_transport_label(impl.transport)} (clauses of another transport's "
@@ -478,6 +491,8 @@ def _run_card(suite: SuiteResult) -> str:
         ("Version", impl.version or "unknown"),
         ("Capabilities", ", ".join(sorted(impl.capabilities)) or "none declared"),
         ("Transport", _transport_label(impl.transport)),
+        ("Core UNSUPPORTED", _core_unsupported_text(suite)),
+        ("MAY options absent", _absent_text(suite)),
         ("Spec", suite.spec_label),
         ("Started", suite.started.isoformat(timespec="seconds")),
         ("Duration", f"{suite.duration:.1f} s"),

@@ -97,6 +97,8 @@ def _suite_json(suite: SuiteResult) -> dict[str, Any]:
                 cap: list(ids) for cap, ids in suite.unlocking_capabilities().items()
             },
             "judged": suite.judgement_summary(),
+            "core_unsupported": [u.as_json() for u in suite.core_unsupported()],
+            "optional_absent": [r.clause.id for r in suite.optional_absent],
             "expectations": suite.expectations or None,
             "unexpected": [r.clause.id for r in suite.unexpected] if suite.expectations else [],
         },

@@ -14,6 +14,15 @@ checks -> NOT_TESTED; only NOT_APPLICABLE checks (every test of the clause stage
 through another transport) -> UNSUPPORTED, "not staged on this transport"; else PASS.  A check
 whose own verdict is NOT_TESTED (deselected, not run) counts as absent.
 
+An optional behaviour observed to be absent (a MAY clause: "optional; if present it must
+work as described") is a PASS check whose message carries :data:`OPTIONAL_ABSENT`: the test
+staged the situation and saw the implementation not offer the option, which the clause
+allows, so the clause holds; nothing was left unjudged, so it is not UNSUPPORTED.  The reports
+name such clauses (:attr:`ClauseResult.is_optional_absent`), so the information a MAY clause
+is reported for is kept.  The rule is the same for every MAY clause, and only for them:
+absence recorded against a MUST or SHOULD clause (at the level its transport is judged at)
+is a suite defect, ERROR, never a PASS.
+
 Exit status: 1 iff a MUST clause is FAIL *or ERROR*, or a check cites an unknown clause id
 (against an expectations file: iff a result is unexpected, see :func:`exit_status`).
 An ERROR means the suite could not judge the clause; a green exit would then claim a MUST
@@ -25,7 +34,9 @@ collection-time check).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,18 +47,92 @@ from .spec import DEFAULT_TRANSPORT, LEVELS, Clause, Spec
 __all__ = [
     "EXIT_MUST_FAILED",
     "EXIT_OK",
+    "OPTIONAL_ABSENT",
     "CheckResult",
     "ClauseResult",
     "ImplementationInfo",
     "SuiteResult",
+    "Unjudged",
     "Verdict",
     "aggregate",
     "aggregate_verdict",
     "exit_status",
+    "is_optional_absent_message",
+    "needs_of_message",
 ]
 
 EXIT_OK: Final = 0
 EXIT_MUST_FAILED: Final = 1
+
+OPTIONAL_ABSENT: Final = "optional behaviour absent (MAY: allowed)"
+"""What the message of a check that saw a MAY clause's option absent says after its id."""
+_ABSENT_RE: Final = re.compile(r"^[A-Z]+-\d+: " + re.escape(OPTIONAL_ABSENT))
+
+# What an UNSUPPORTED check's message says the implementation did not declare: the wording
+# of ``require`` and ``CapabilityMissing`` ("does not declare capability 'x'"), of
+# ``EngineNotAsked`` ("UNSUPPORTED (check): ... The adapter decided this itself", its
+# capability "adapter:<check>") and of ``ExecNotAsked`` ("... checked by the exec adapter",
+# "exec:<check>").  A precondition of the environment ("UNSUPPORTED (precondition): no
+# root") names no capability.
+# Read from the message because that is what every report (and a JSON report read back)
+# keeps; tests/conformance_machinery/test_unsupported_needs.py builds the messages from the
+# real classes, so a change of their wording fails there, not silently here.
+_UNDECLARED_RE: Final = re.compile(r"does not declare capability ((?:'[^']+'(?:, )?)+)")
+_NOT_ASKED_RE: Final = re.compile(
+    r"UNSUPPORTED \(([\w.:-]+)\): .*?(The adapter decided this itself|checked by the exec "
+    r"adapter)",
+    re.DOTALL,
+)
+_NOT_ASKED_PREFIX: Final = {
+    "The adapter decided this itself": "adapter",
+    "checked by the exec adapter": "exec",
+}
+
+
+def is_optional_absent_message(message: str) -> bool:
+    """True for the message of a check that saw a MAY clause's option absent."""
+    return bool(_ABSENT_RE.match(message))
+
+
+def needs_of_message(message: str) -> tuple[str, ...]:
+    """The capabilities (``"adapter:<check>"`` for an adapter's own decision) an UNSUPPORTED
+    check's message names as not declared; empty when it names none (not stageable)."""
+    found: list[str] = []
+    for match in _UNDECLARED_RE.finditer(message):
+        found += re.findall(r"'([^']+)'", match.group(1))
+    found += [f"{_NOT_ASKED_PREFIX[by]}:{check}" for check, by in _NOT_ASKED_RE.findall(message)]
+    return tuple(dict.fromkeys(found))
+
+
+@dataclass(frozen=True)
+class Unjudged:
+    """A clause judged UNSUPPORTED, with what the implementation did not declare.
+
+    ``needs``: the capabilities (or ``"adapter:<check>"``: an engine surface the adapter
+    answered for itself, ``EngineNotAsked``) whose absence left it unjudged; empty when the
+    reason is not a capability (not stageable on this implementation).  ``reason``: the
+    first line of the deciding check's message.
+    """
+
+    clause_id: str
+    level: str
+    needs: tuple[str, ...]
+    reason: str
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "id": self.clause_id,
+            "level": self.level,
+            "needs": list(self.needs),
+            "reason": self.reason,
+        }
+
+    @property
+    def label(self) -> str:
+        """``"RESET-9 (generation)"``, or ``"INIT-11 (no capability: <reason>)"``."""
+        if self.needs:
+            return f"{self.clause_id} ({', '.join(self.needs)})"
+        return f"{self.clause_id} (no capability: {self.reason[:120]})"
 
 
 class Verdict(enum.StrEnum):
@@ -165,8 +250,36 @@ class ClauseResult:
         return check.failing_rank if check is not None and self.verdict.is_failure else None
 
     @property
+    def is_optional_absent(self) -> bool:
+        """A MAY clause that holds because its option is absent: PASS, and every check that
+        passed saw the option absent (none saw it present and working)."""
+        passed = [c for c in self.checks if c.verdict is Verdict.PASS]
+        return (
+            self.verdict is Verdict.PASS
+            and self.clause.level == "MAY"
+            and bool(passed)
+            and all(is_optional_absent_message(c.message) for c in passed)
+        )
+
+    def unjudged(self, declared: frozenset[str]) -> Unjudged | None:
+        """For an UNSUPPORTED clause: what the implementation (``declared``: its capabilities)
+        did not declare, from the clause's own capabilities and its UNSUPPORTED checks."""
+        if self.verdict is not Verdict.UNSUPPORTED:
+            return None
+        needs = [cap for cap in self.clause.capabilities if cap not in declared]
+        for check in self.checks:
+            if check.verdict is Verdict.UNSUPPORTED:
+                needs += [n for n in needs_of_message(check.message) if n not in declared]
+        first = (self.message.splitlines() or [""])[0]
+        return Unjudged(self.clause.id, self.clause.level, tuple(dict.fromkeys(needs)), first)
+
+    @property
     def message(self) -> str:
-        """The deciding check's message for FAIL/ERROR/UNSUPPORTED, empty otherwise."""
+        """The deciding check's message for FAIL/ERROR/UNSUPPORTED (and for a MAY clause
+        whose option is absent), empty otherwise."""
+        if self.is_optional_absent:
+            check = self.deciding_check
+            return check.message if check is not None else ""
         if self.verdict in (Verdict.PASS, Verdict.NOT_TESTED):
             return ""
         if self.verdict is Verdict.NOT_APPLICABLE:
@@ -275,6 +388,23 @@ class SuiteResult:
         """Clauses of another transport's profile: outside every claim, never failures."""
         return tuple(r for r in self.clauses if r.verdict is Verdict.NOT_APPLICABLE)
 
+    def core_unsupported(self) -> tuple[Unjudged, ...]:
+        """Every clause of every transport's scope (core, dispatch) judged UNSUPPORTED, with
+        the capability (or adapter surface) the implementation did not declare for it."""
+        declared = self.implementation.capabilities
+        out = []
+        for result in self.clauses:
+            if result.clause.every_transport and result.clause.scope == "core":
+                unjudged = result.unjudged(declared)
+                if unjudged is not None:
+                    out.append(unjudged)
+        return tuple(out)
+
+    @property
+    def optional_absent(self) -> tuple[ClauseResult, ...]:
+        """MAY clauses that hold because the implementation does not offer the option."""
+        return tuple(r for r in self.clauses if r.is_optional_absent)
+
     def unlocking_capabilities(self) -> dict[str, tuple[str, ...]]:
         """Capability -> the not-judged MUST clauses that need it and it does not declare.
 
@@ -373,11 +503,14 @@ def aggregate(
                 by_clause[cid].append(check)
             elif cid not in spec and cid not in unknown:
                 unknown.append(cid)
+    judged = {c.id: c.for_transport(impl.transport) for c in chosen}
+    for cid, clause in judged.items():
+        by_clause[cid] = [_absence_at(clause, check) for check in by_clause[cid]]
     results = tuple(
         ClauseResult(
             # The level this implementation is judged at (a per-transport override applied):
             # claims, MUST counts and reports all read it from here.
-            clause=c.for_transport(impl.transport),
+            clause=judged[c.id],
             verdict=aggregate_verdict(
                 (ch.verdict for ch in by_clause[c.id]), applies=c.applies_to(impl.transport)
             ),
@@ -394,6 +527,23 @@ def aggregate(
         duration=duration,
         seed=seed,
         unknown_clause_ids=tuple(unknown),
+    )
+
+
+def _absence_at(clause: Clause, check: CheckResult) -> CheckResult:
+    """``check`` as it counts for ``clause``: an absent option passes a MAY clause only; a
+    MUST or SHOULD behaviour recorded as optional and absent is a suite defect (ERROR)."""
+    if (
+        clause.level == "MAY"
+        or check.verdict is not Verdict.PASS
+        or not is_optional_absent_message(check.message)
+    ):
+        return check
+    return dataclasses.replace(
+        check,
+        verdict=Verdict.ERROR,
+        message=f"suite defect: {clause.id} is a {clause.level} clause, so its behaviour is "
+        f"not optional and its absence is no PASS: {check.message}",
     )
 
 

@@ -22,6 +22,7 @@ from ._transports import DEFAULT_TRANSPORT, check_transport
 __all__ = [
     "CAPABILITY_MEMBERS",
     "DEFAULT_IMPLEMENTATION",
+    "ENGINE_SURFACES",
     "REQUIRED_MEMBERS",
     "AdapterError",
     "Broadcaster",
@@ -120,6 +121,19 @@ class CapabilityMissing(AdapterError):  # noqa: N818 - a verdict (UNSUPPORTED), 
         return (type(self), (self.capability, self.implementation))
 
 
+ENGINE_SURFACES: Final = {
+    "lifecycle": "not-initialized state (no engine object exists before initialize or after reset)",
+    "receive_buffers": "caller buffers (it delivers objects, which the adapter copies into the "
+    "caller's buffer)",
+    "process_group": "rendezvous of its own (ranks and its handle come from a process group, "
+    "which the adapter's rendezvous stands in for)",
+    "deadline_settings": "deadline setting (a timeout per call, or none, but nothing to set)",
+}
+"""What an engine can lack where the contract has a member: the fixed vocabulary of
+:class:`EngineNotAsked`'s ``surface``, so a report says "the engine has no <surface>"
+instead of naming an adapter's ad-hoc check."""
+
+
 class EngineNotAsked(CapabilityMissing):
     """The adapter answered a call itself: the engine under it was never asked.
 
@@ -128,27 +142,37 @@ class EngineNotAsked(CapabilityMissing):
     pre-check the engine's API cannot express, state it keeps for the engine — says nothing
     about the engine.  Raising this instead of the refusal a clause expects makes the check
     UNSUPPORTED ("the engine was never asked"), never PASS and never FAIL: the suite's
-    ``attempt`` does not catch it as the implementation's answer.
+    ``attempt`` does not catch it as the implementation's answer.  So an adapter raises it
+    only where the engine's API has no place for the thing at all; where it has one, the
+    adapter passes the call on and the engine's own answer is judged.
 
     ``check`` names what the adapter decided (``rank_range``, ``reinit``, ``read_only_buffer``,
-    ...), ``detail`` what it saw, ``engine`` what it stands in front of.
+    ...), ``detail`` what it saw, ``engine`` what it stands in front of, ``surface`` (one of
+    :data:`ENGINE_SURFACES`, optional) what the engine lacks that made asking it impossible.
     """
 
-    def __init__(self, check: str, detail: str, engine: str) -> None:
+    def __init__(self, check: str, detail: str, engine: str, surface: str | None = None) -> None:
+        if surface is not None and surface not in ENGINE_SURFACES:
+            raise ValueError(
+                f"EngineNotAsked: unknown engine surface {surface!r} (known: "
+                f"{', '.join(sorted(ENGINE_SURFACES))})"
+            )
+        lacks = "" if surface is None else f"the engine has no {ENGINE_SURFACES[surface]}; "
         # CapabilityMissing's own message speaks of an undeclared capability: not this.
         AdapterError.__init__(
             self,
-            f"UNSUPPORTED ({check}): {detail}. The adapter decided this itself; {engine} "
-            "was never asked, so nothing about it was judged",
+            f"UNSUPPORTED ({lacks}{check}): {detail}. The adapter decided this itself; "
+            f"{engine} was never asked, so nothing about it was judged",
         )
         self.capability = f"adapter:{check}"
         self.implementation = engine
         self.check = check
         self.detail = detail
         self.engine = engine
+        self.surface = surface
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.check, self.detail, self.engine))
+        return (type(self), (self.check, self.detail, self.engine, self.surface))
 
 
 _KNOWN: Final = frozenset(c.value for c in Capability)

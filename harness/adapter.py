@@ -13,6 +13,7 @@ from __future__ import annotations
 from ._adapter import load_implementation
 from ._contract import (
     DEFAULT_IMPLEMENTATION,
+    ENGINE_SURFACES,
     REQUIRED_MEMBERS,
     AdapterError,
     Broadcaster,
@@ -39,6 +40,7 @@ from ._transports import (
 __all__ = [
     "DEFAULT_IMPLEMENTATION",
     "DEFAULT_TRANSPORT",
+    "ENGINE_SURFACES",
     "REQUIRED_MEMBERS",
     "TRANSPORT_PROFILES",
     "AdapterError",

@@ -275,6 +275,27 @@ def _counts_text(doc: Mapping[str, Any] | None) -> str:
     return ", ".join(parts) + (f" ({got['expected']} as expected)" if got["expected"] else "")
 
 
+def core_unsupported(doc: Mapping[str, Any] | None) -> list[Mapping[str, Any]] | None:
+    """The run's core UNSUPPORTED clauses, each with what was not declared (None: the run
+    wrote no such field, or did not run)."""
+    if doc is None:
+        return None
+    got = doc.get("summary", {}).get("core_unsupported")
+    return None if got is None else list(got)
+
+
+def _core_unsupported_text(doc: Mapping[str, Any] | None) -> str:
+    """``"2: RESET-9 generation; BCAST-11 adapter:peer_buffer"`` (``-`` when not known)."""
+    entries = core_unsupported(doc)
+    if entries is None:
+        return "-"
+    shown = "; ".join(
+        f"{e['id']} {', '.join(e['needs']) or 'no capability: ' + str(e['reason'])[:80]}"
+        for e in entries
+    )
+    return f"{len(entries)}" + (f": {shown}" if shown else "")
+
+
 def _status(result: Result) -> str:
     if result.run is None:
         return f"skipped: {result.skipped}"
@@ -357,20 +378,23 @@ def render_markdown(results: Sequence[Result]) -> str:
         "`python tools/ecosystem.py` (`nox -s ecosystem`); each run's own report: "
         "`runs/<name>/conformance.md`.",
         "- Cells: PASS, FAIL, ERROR, UNSUP (UNSUPPORTED: needs a capability the "
-        "implementation does not declare), N/A (NOT_APPLICABLE: a clause of another "
+        "implementation does not declare, or not stageable on it; the column core "
+        "UNSUPPORTED names what was not declared for each core one), N/A (NOT_APPLICABLE: "
+        "a clause of another "
         "transport), - (NOT_TESTED); `(expected)`: announced by the implementation's "
         "expectations file (reasons below), `(new)` / `(stale ...)`: not as announced.",
         f"- Wall time ratio: to the reference's on the same machine (goal <= {RATIO_GOAL:g}x).",
         "",
         "| implementation | engine | transport | expectations | verdicts | wall | "
-        "x reference | status |",
-        "|---|---|---|---|---|---:|---:|---|",
+        "x reference | status | core UNSUPPORTED (not declared) |",
+        "|---|---|---|---|---|---:|---:|---|---|",
     ]
     for r in results:
         out.append(
             f"| {r.entry.name} | {mt._md(r.entry.engine)} ({mt._md(_version(r))}) | "
             f"{_transport(r)} | {r.entry.expectations or '-'} | {_counts_text(r.doc)} | "
-            f"{_wall(r)} | {_ratio(r)} | {mt._md('; '.join((_status(r), *r.remarks)))} |"
+            f"{_wall(r)} | {_ratio(r)} | {mt._md('; '.join((_status(r), *r.remarks)))} | "
+            f"{mt._md(_core_unsupported_text(r.doc))} |"
         )
     out += [
         "",
@@ -449,7 +473,7 @@ def render_html(results: Sequence[Result]) -> str:
         f"{RATIO_GOAL:g}x.</p>",
         "<h2>Implementations</h2><table><tr><th>implementation</th><th>engine</th>"
         "<th>transport</th><th>expectations</th><th>verdicts</th><th>wall</th>"
-        "<th>x reference</th><th>status</th></tr>",
+        "<th>x reference</th><th>status</th><th>core UNSUPPORTED (not declared)</th></tr>",
     ]
     for r in results:
         name = esc(r.entry.name)
@@ -460,7 +484,8 @@ def render_html(results: Sequence[Result]) -> str:
             f"{esc(_version(r))}</small></td><td>{esc(_transport(r))}</td>"
             f"<td>{esc(r.entry.expectations or '-')}</td><td>{esc(_counts_text(r.doc))}</td>"
             f'<td class="num">{_wall(r)}</td><td class="num">{_ratio(r)}</td>'
-            f"<td>{esc('; '.join((_status(r), *r.remarks)))}</td></tr>"
+            f"<td>{esc('; '.join((_status(r), *r.remarks)))}</td>"
+            f"<td>{esc(_core_unsupported_text(r.doc))}</td></tr>"
         )
     parts.append("</table>")
     parts.append(
@@ -516,6 +541,7 @@ def summary_doc(results: Sequence[Result]) -> dict[str, Any]:
                 "problems": list(r.problems),
                 "remarks": list(r.remarks),
                 "cleanup": _cleanup_summary(r),
+                "core_unsupported": core_unsupported(r.doc),
                 "verdicts": {}
                 if r.doc is None
                 else {c["id"]: c["verdict"] for c in r.doc["clauses"]},

@@ -3,10 +3,12 @@
 A suite is only trusted if it fails wrong implementations.  Each ``tests/mutants/m_*.py``
 breaks the reference in one way and names the clauses that must come out FAIL (``KILLS``;
 convention in ``tests/mutants/__init__.py``).  This tool runs ``python -m
-tpbcast.conformance`` against each of them, plus three baselines that must FAIL no MUST
-clause (the reference, the native C example adapter, and ``tests/mutants/shm_ring.py``, a
-shared-memory ring of transport ``shm`` for which every ``uds-v1`` clause is
-NOT_APPLICABLE, shown ``n``; the ``m_shm_*`` mutants are cut from it), and writes
+tpbcast.conformance`` against each of them, plus baselines that must FAIL no MUST clause
+(the reference, its framed mode, the native C example adapter, and two written for the
+suite: ``tests/mutants/shm_ring.py``, a shared-memory ring of transport ``shm`` for which
+every ``uds-v1`` clause is NOT_APPLICABLE, shown ``n``, and ``tests/mutants/tcp_fanout.py``,
+a TCP broadcaster of transport ``tcp``; the ``m_shm_*`` and ``m_tcp_*`` mutants are judged
+against them), and writes
 ``reports/mutants/``: ``index.html`` and ``mutants.md`` (a summary table and the matrix
 row x clause, MUST/SHOULD/MAY marked in the header, intended cells highlighted),
 ``mutants.json``, and each run's own conformance report under ``runs/<row>/``::
@@ -54,6 +56,9 @@ SHM_RING: Final = "mutants.shm_ring:make"
 # The reference's framed mode (transport "uds-framed"): the baseline of the m_framed_*
 # mutants; the raw-payload clauses of uds-v1 are NOT_APPLICABLE for it.
 REFERENCE_FRAMED: Final = "tpbcast.reference_impl.conformance_adapter:make_framed"
+# The TCP fan-out written for the suite (transport "tcp"): the baseline of the m_tcp_*
+# mutants, the one implementation known to hold every tcp clause (TCP-1 to TCP-4).
+TCP_FANOUT: Final = "mutants.tcp_fanout:make"
 RATIO_LIMIT: Final = 2.0
 _CELL: Final = {
     "PASS": "P",
@@ -237,6 +242,12 @@ def baselines() -> list[Subject]:
             "the reference's framed mode (transport uds-framed): must FAIL no MUST clause",
             baseline=True,
         ),
+        Subject(
+            "tcp-fanout",
+            TCP_FANOUT,
+            "TCP fan-out (tests/mutants/tcp_fanout.py, transport tcp): must FAIL no MUST clause",
+            baseline=True,
+        ),
     ]
 
 
@@ -319,7 +330,8 @@ def judge(runs: Sequence[Run]) -> list[Row]:
     correct = [
         r
         for r in runs
-        if r.subject.spec in (REFERENCE, SHM_RING, REFERENCE_FRAMED) and r.doc is not None
+        if r.subject.spec in (REFERENCE, SHM_RING, REFERENCE_FRAMED, TCP_FANOUT)
+        and r.doc is not None
     ]
     rows = []
     for run in runs:
@@ -629,9 +641,9 @@ def write_reports(rows: Sequence[Row], directory: Path, *, fast: bool) -> None:
 
 
 def select(subjects: Sequence[Subject], names: Sequence[str]) -> list[Subject]:
-    """The subjects named (``wording`` or ``m_wording``; ``reference``, ``native``,
-    ``shm-ring``)."""
-    plain = ("reference", "native", "shm-ring")
+    """The subjects named (``wording`` or ``m_wording``; a baseline by its row name:
+    ``reference``, ``native``, ``shm-ring``, ``reference-framed``, ``tcp-fanout``)."""
+    plain = ("reference", "native", "shm-ring", "reference-framed", "tcp-fanout")
     wanted = {n if n in plain or n.startswith("m_") else f"m_{n}" for n in names}
     unknown = wanted - {s.name for s in subjects}
     if unknown:
@@ -667,6 +679,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         framed_rows = any(s.name.startswith("m_framed_") for s in subjects)
         if not args.no_baselines and framed_rows and framed not in subjects:
             subjects.insert(1, framed)  # what a framed mutant's kills are checked against
+        tcp = next(s for s in everything if s.spec == TCP_FANOUT)
+        tcp_rows = any(s.name.startswith("m_tcp_") for s in subjects)
+        if not args.no_baselines and tcp_rows and tcp not in subjects:
+            subjects.insert(1, tcp)  # what a tcp mutant's kills are checked against
     else:
         subjects = everything
         if args.fast:

@@ -134,6 +134,10 @@ class ResultCollector:
             shown = ", ".join(f"{v.value} {n}" for v, n in counts.items() if n)
             tr.write_line(f"{level:<6} {shown or '-'}")
         tr.write_line(f"judged: {self.suite.judgement_summary()}")
+        tr.write_line(_core_unsupported_line(self.suite))
+        absent = [r.clause.id for r in self.suite.optional_absent]
+        if absent:
+            tr.write_line(f"MAY options absent (allowed): {', '.join(absent)}")
         if self.suite.expectations:
             _write_expectation_lines(tr, self.suite)
         else:
@@ -144,6 +148,13 @@ class ResultCollector:
         if self.write_error:
             tr.write_line(self.write_error, red=True)
         tr.write_line(f"conformance {_status_text(self.suite)}")
+
+
+def _core_unsupported_line(suite: SuiteResult) -> str:
+    """How many core clauses were UNSUPPORTED and, for each, what was not declared."""
+    unjudged = suite.core_unsupported()
+    shown = "; ".join(u.label for u in unjudged)
+    return f"core UNSUPPORTED {len(unjudged)}" + (f": {shown}" if shown else "")
 
 
 def _failure_line(result: ClauseResult) -> str:

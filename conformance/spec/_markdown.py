@@ -81,6 +81,18 @@ another transport only (NOT_APPLICABLE checks) give UNSUPPORTED; no checks gives
 The reports list every check of a clause with its own verdict, so a reader sees what a verdict
 rests on.
 
+An optional behaviour a test saw absent (the situation staged, the option not offered) is a
+PASS of its MAY clause: the level table asks only that an option, if present, work as
+described, so the clause holds; and it was judged, so it is not UNSUPPORTED ("could not run").
+The reports name such clauses ("MAY options absent"), which keeps what a MAY clause is
+reported for. The rule holds for every MAY clause and only for them: the same record against a
+MUST or SHOULD clause is a suite defect, ERROR. A check whose staging rests on another clause
+the implementation does not meet, where another test stages the clause without it, is
+NOT_TESTED (listed, and counted as absent). Each report names, per implementation, the core
+clauses left UNSUPPORTED and what was not declared for each: a capability, or
+`adapter:<check>` / `exec:<check>` for a call an adapter answered itself (the engine was never
+asked).
+
 A *check* judges exactly one clause. A test may make several checks, of several clauses; they
 are soft: a failed check is recorded and the test goes on, so it never hides a later check, and
 a check can only decide its own clause (a SHOULD wording check never fails a MUST clause judged

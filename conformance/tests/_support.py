@@ -21,7 +21,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tpbcast.conformance._checks import PreconditionError, record, record_unjudged
+from tpbcast.conformance._checks import (
+    PreconditionError,
+    record,
+    record_absent,
+    record_unjudged,
+)
 from tpbcast.conformance._results import Verdict
 from tpbcast.harness import CapabilityMissing, observe
 from tpbcast.harness.rogue import rogue_peer
@@ -410,6 +415,38 @@ def stageable(cid: str, holds: object, what: str) -> bool:
     if holds:
         return True
     record_unjudged(cid, Verdict.UNSUPPORTED, f"not stageable on this implementation: {what}")
+    return False
+
+
+def optional_present(cid: str, present: object, what: str) -> bool:
+    """For a MAY clause: record the option absent (``what`` was seen instead) unless
+    ``present``; return ``bool(present)``, so the test judges the option only where it is.
+
+    An absent option is what a MAY clause allows: the clause holds (PASS, marked absent in
+    the reports), it is not UNSUPPORTED (the test staged the situation and saw what the
+    implementation does).  The rule lives in the verdict machinery (``_results``) for every
+    MAY clause; a MUST or SHOULD clause given to this is a suite defect (ERROR).
+    """
+    if present:
+        return True
+    record_absent(cid, what)
+    return False
+
+
+def staged_elsewhere(cid: str, holds: object, what: str, other: str) -> bool:
+    """Record ``cid`` NOT_TESTED by this test ("staged by <other> instead: ...") unless
+    ``holds``; return ``bool(holds)``.
+
+    For a staging that rests on another clause the implementation does not meet (INIT-11's
+    retry after a bad argument needs INIT-1's refusal first) when ``other``, a test that
+    needs no such thing, stages the same clause: the clause is judged there, PASS or FAIL,
+    instead of being UNSUPPORTED here (an UNSUPPORTED check outweighs every PASS and FAIL
+    of the clause).  Never PASS: the test's implicit PASS of a clause with no check of its
+    own does not apply either.
+    """
+    if holds:
+        return True
+    record_unjudged(cid, Verdict.NOT_TESTED, f"not staged by this test ({what}); {other} stages it")
     return False
 
 

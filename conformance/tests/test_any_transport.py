@@ -26,51 +26,82 @@ BAD_ARGUMENTS = [(0, 0), (-1, 2), (2, 2), (0, -1)]
 """(rank, world_size) pairs initialize must refuse (INIT-1), with a valid base path."""
 
 
+def _bad_calls(ctx, bcast, calls, base_path):
+    """Each ``initialize(rank, world, base_path)`` of ``calls`` on ``bcast``, observed: what
+    it raised (or ``"still blocked"``, then no further call: the instance is busy), the fds,
+    workdir entries and segments it left, ``is_initialized()`` after it.  An accepted call
+    is reset, so the next one starts afresh."""
+    before_fds, listing = s.fd_table(bcast), s.entries(ctx.workdir)
+    mapped_before = s.shm_names_held(bcast)  # this rank's own: tests beside it cannot interfere
+    observed = []
+    for rank, world in calls:
+        call = _watch.Call(bcast.initialize, rank, world, base_path)
+        ended = call.wait(s.SHORT + s.MARGIN)
+        raised = call.ended().raised if ended else None
+        observed.append(
+            (
+                (rank, world),
+                "still blocked" if not ended else raised,
+                sorted(s.new_fds(before_fds, bcast)),
+                # The other rank's exchange file (below) is the suite's, not this call's.
+                sorted(
+                    name
+                    for name in set(s.entries(ctx.workdir)) - set(listing)
+                    if not name.startswith(".exchange-")
+                ),
+                sorted(s.shm_names_held(bcast) - mapped_before),
+                bcast.is_initialized(),
+            )
+        )
+        if not ended:
+            return observed, True  # never touch a busy instance again
+        if raised is None:
+            bcast.reset()  # accepted (INIT-1's FAIL): the calls after it start afresh
+    return observed, False
+
+
 @pytest.mark.clause("INIT-1", "INIT-11", "INIT-12")
 def test_bad_arguments_fail_cleanly_and_a_retry_works(tpbcast_run, tpbcast_impl):
-    """Every rank first calls initialize with bad arguments, then with good ones."""
+    """Every rank first calls initialize with bad arguments, then with good ones.
+
+    A bad call still blocked after the bound (an implementation that checks nothing and
+    waits for a peer) keeps its instance busy: INIT-1 is judged on it as it is, and INIT-11
+    and INIT-12 on a fresh instance that gets the calls the first one refused, then the good
+    initialize at a base path of its own (the blocked call may still wait at the first)."""
 
     def target(ctx):
         s.private_tmpdir(ctx)
         bcast = s.make(tpbcast_impl)
-        before_fds, listing = s.fd_table(bcast), s.entries(ctx.workdir)
-        mapped_before = s.shm_names_held(bcast)  # this rank's own: tests beside it cannot interfere
         seen = [("before initialize", bcast.is_initialized())]
-        refused = []
-        for rank, world in BAD_ARGUMENTS:
-            call = _watch.Call(bcast.initialize, rank, world, ctx.base_path)
-            ended = call.wait(s.SHORT + s.MARGIN)
-            raised = call.ended().raised if ended else None
-            refused.append(
-                (
-                    f"initialize({rank}, {world}, base_path)",
-                    "still blocked" if not ended else raised,
-                    sorted(s.new_fds(before_fds, bcast)),
-                    sorted(set(s.entries(ctx.workdir)) - set(listing)),
-                    sorted(s.shm_names_held(bcast) - mapped_before),
-                    bcast.is_initialized(),
-                )
-            )
-            if not ended:
-                return refused, seen, None  # never touch a busy instance again
-            if raised is None:
-                bcast.reset()  # accepted (INIT-1's FAIL): the calls after it start afresh
+        refused, busy = _bad_calls(ctx, bcast, BAD_ARGUMENTS, ctx.base_path)
+        retried, base_path = refused, ctx.base_path
         try:
+            # Both ranks retry at the same base path, or they would wait for each other.
+            if any(_watch.exchange(ctx, "busy", busy)):
+                failed = [args for args, raised, *_ in refused if isinstance(raised, s.Raised)]
+                if not failed:
+                    return refused, None, seen, None
+                bcast, base_path = s.make(tpbcast_impl), ctx.base_path + "r"
+                seen = [("before initialize", bcast.is_initialized())]
+                retried, busy = _bad_calls(ctx, bcast, failed, base_path)
+                if busy:
+                    return refused, retried, seen, None
             ctx.sync("refused")  # nobody's good initialize may show in another's observation
         except SyncError:  # the other rank left: its bad call is still blocked (judged there)
-            return refused, seen, None
-        bcast.initialize(ctx.rank, 2, ctx.base_path)
+            return refused, None, seen, None
+        bcast.initialize(ctx.rank, 2, base_path)
         seen.append(("after a good initialize", bcast.is_initialized()))
         digests = s.group_roundtrip(ctx, bcast, [1000])
         ctx.sync("done")
         bcast.reset()
         seen.append(("after reset", bcast.is_initialized()))
-        return refused, seen, digests
+        return refused, retried, seen, digests
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     for outcome in result.outcomes:
-        refused, seen, digests = outcome.value
-        for call, raised, fds, files, segments, initialized in refused:
+        refused, retried, seen, digests = outcome.value
+        for (rank, world), raised, fds, files, segments, _ in refused:
+            call = f"initialize({rank}, {world}, base_path)"
             if not s.check(
                 "INIT-1", isinstance(raised, s.Raised), f"{call} raises", raised, rank=outcome.rank
             ):
@@ -90,6 +121,10 @@ def test_bad_arguments_fail_cleanly_and_a_retry_works(tpbcast_run, tpbcast_impl)
                 f"new fds {fds}, files {files}, segments {segments}",
                 rank=outcome.rank,
             )
+        for (rank, world), raised, fds, files, segments, initialized in retried or []:
+            if not isinstance(raised, s.Raised):
+                continue  # INIT-1's subject, judged above
+            call = f"initialize({rank}, {world}, base_path)"
             s.check(
                 "INIT-11",
                 not initialized and not fds and not files and not segments,
@@ -104,13 +139,16 @@ def test_bad_arguments_fail_cleanly_and_a_retry_works(tpbcast_run, tpbcast_impl)
                 initialized,
                 rank=outcome.rank,
             )
-        accepted = [call for call, raised, *_ in refused if raised is None]
-        blocked = [call for call, raised, *_ in refused if raised == "still blocked"]
-        if not s.stageable(
+        calls = [(args, raised) for args, raised, *_ in retried or []]
+        unfailed = [f"initialize{args}: {raised}" for args, raised in calls if raised is None]
+        unfailed += [f"initialize{args}" for args, raised in calls if raised == "still blocked"]
+        if not s.staged_elsewhere(
             "INIT-11",
-            not accepted and not blocked,
-            f"rank {outcome.rank}: the later initialize follows a bad call that did not fail "
-            f"(accepted: {accepted}, still blocked: {blocked}; INIT-1's subject)",
+            calls and not unfailed and digests is not None,
+            f"rank {outcome.rank}: no instance got only bad calls that failed, then the good "
+            f"one (refused first: {[str(r) for _, r, *_ in refused]}; on the retry instance, "
+            f"not failed: {unfailed or 'none'}; INIT-1's subject)",
+            "test_initialize_that_timed_out_leaves_nothing_and_a_retry_works",
         ):
             continue
         s.check(
@@ -131,6 +169,83 @@ def test_bad_arguments_fail_cleanly_and_a_retry_works(tpbcast_run, tpbcast_impl)
             "is_initialized() is false before, true after initialize, false after reset",
             seen,
             rank=outcome.rank,
+        )
+
+
+@pytest.mark.clause("INIT-11")
+def test_initialize_that_timed_out_leaves_nothing_and_a_retry_works(tpbcast_run, tpbcast_impl):
+    """Rank 0 initializes with every deadline short while its peer has not started yet: a
+    failure every transport has, which needs no bad argument to be refused (the test above
+    needs INIT-1 to hold first).  After it, rank 0 must be uninitialized and hold no new fd,
+    file or segment; then the same instance retries, without reset, with its peer present,
+    and the group must broadcast."""
+    require(tpbcast_impl, "deadlines")
+    bound = s.SHORT + s.MARGIN  # deadlines of SHORT, plus scheduling noise
+
+    def target(ctx):
+        s.private_tmpdir(ctx)
+        no_retry = os.path.join(ctx.workdir, "no_retry")
+        if ctx.rank == 1:
+            # The absent peer: it starts only once rank 0's first call is over.
+            if not _watch.notified(ctx, "first_over", bound + s.MARGIN) or os.path.exists(no_retry):
+                return None
+            bcast = s.make(tpbcast_impl, connect=s.PATIENCE, init=s.PATIENCE, io=s.PATIENCE)
+            joined = s.attempt(bcast.initialize, 1, 2, ctx.base_path)
+            digests = s.group_roundtrip(ctx, bcast, [1000]) if joined is None else joined
+            bcast.reset()
+            return digests
+        bcast = s.short(tpbcast_impl)
+        before_fds, listing = s.fd_table(bcast), s.entries(ctx.workdir)
+        mapped_before = s.shm_names_held(bcast)
+        ctx.record("fault", action="rank 0 initializes while its peer is absent")
+        call = _watch.Call(bcast.initialize, 0, 2, ctx.base_path)
+        if not call.wait(bound) or not call.ended().failed:
+            # Still waiting past its deadlines (TIME-1's subject), or it formed a group of
+            # one: no failed initialize to judge, and a busy instance is never touched again.
+            open(no_retry, "w").close()
+            ctx.notify("first_over")
+            return call.ended(), None, None
+        left = (
+            bcast.is_initialized(),
+            sorted(s.new_fds(before_fds, bcast).items()),
+            sorted(set(s.entries(ctx.workdir)) - set(listing)),
+            sorted(s.shm_names_held(bcast) - mapped_before),
+        )
+        ctx.notify("first_over")
+        bcast.set_deadlines(connect=s.PATIENCE, init=s.PATIENCE, io=s.PATIENCE)
+        retried = s.attempt(bcast.initialize, 0, 2, ctx.base_path)
+        digests = s.group_roundtrip(ctx, bcast, [1000]) if retried is None else retried
+        bcast.reset()
+        return call.ended(), left, digests
+
+    result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
+    first, left, digests = result.outcomes[0].value
+    if not s.stageable(
+        "INIT-11",
+        first.failed,
+        f"rank 0's initialize with every deadline at {s.SHORT:g} s and its peer absent did not "
+        f"fail within {bound:g} s ({first}; TIME-1's subject)",
+    ):
+        return
+    initialized, fds, files, segments = left
+    s.check(
+        "INIT-11",
+        not initialized and not fds and not files and not segments,
+        "after a failed initialize (its peer absent past its deadlines) the instance is "
+        "uninitialized and holds no new fd, file or segment",
+        f"initialized={initialized}, new fds {fds}, files {files}, segments {segments} "
+        f"(the failure: {first})",
+        rank=0,
+    )
+    want = s.expected_digests(result.seed, [1000])
+    for rank, got in ((0, digests), (1, result.outcomes[1].value)):
+        s.check(
+            "INIT-11",
+            got == want,
+            "the same instance's retry without reset, its peer present, forms the group and "
+            "it broadcasts",
+            got,
+            rank=rank,
         )
 
 
@@ -397,14 +512,17 @@ def test_reset_then_reinit_after_failed_calls(tpbcast_run, tpbcast_impl):
 
     The failed initialize is rank 5 of 2: refused at once where ranks are range-checked;
     where any rank is accepted, it waits for a rank 0 that never comes and fails at its
-    short connect/init deadlines.  The failed broadcast is rank 1's, which rank 0 never
-    feeds, ended by its I/O deadline; without the ``deadlines`` capability it is a
-    broadcast from root 1, refused.  A call that does not fail (accepted, or still blocked
-    after the bound, or refused by the adapter itself) is not stageable that way: the clause
-    is UNSUPPORTED for it if nothing failed, never an ERROR after the group deadline."""
+    short connect/init deadlines. Without the ``deadlines`` capability nothing would end
+    that wait, so there it is rank 0 of world size 0, which needs no peer to fail. The
+    failed broadcast is rank 1's, which rank 0 never feeds, ended by its I/O deadline;
+    without the ``deadlines`` capability it is a broadcast from root 1, refused. A call that
+    does not fail (accepted, or still blocked after the bound, or refused by the adapter
+    itself) is not stageable that way: the clause is UNSUPPORTED for it if nothing failed,
+    never an ERROR after the group deadline."""
     sizes = [1000, 3]
     timed = tpbcast_impl.supports("deadlines")
     bound = 2 * s.SHORT + s.MARGIN  # a refusal, or both short bootstrap deadlines
+    bad_init = (5, 2) if timed else (0, 0)
 
     def failing(call):
         """The call's error; ``"accepted"`` (it returned), ``"blocked"`` (still running) or
@@ -419,7 +537,7 @@ def test_reset_then_reinit_after_failed_calls(tpbcast_run, tpbcast_impl):
 
     def target(ctx):
         bcast = s.make(tpbcast_impl, connect=s.SHORT, init=s.SHORT, io=2 * s.SHORT)
-        failed_init = failing(_watch.Call(bcast.initialize, 5, 2, ctx.base_path))
+        failed_init = failing(_watch.Call(bcast.initialize, *bad_init, ctx.base_path))
         if failed_init == "blocked":
             return failed_init, None, None  # never touch a busy instance again
         bcast.reset()
@@ -463,7 +581,7 @@ def _judge_reinit_after_failures(result, sizes):
         if not outcome.ok:
             continue
         failed_init, failed_bcast, digests = outcome.value
-        for what, how in (("initialize(5, 2)", failed_init), ("broadcast", failed_bcast)):
+        for what, how in (("bad initialize", failed_init), ("broadcast", failed_bcast)):
             if isinstance(how, s.Raised):
                 staged.append(f"rank {outcome.rank}'s {what} failed ({how.type_name})")
             elif isinstance(how, str):
@@ -556,20 +674,27 @@ def test_peer_waits_for_a_late_rank0(tpbcast_run, tpbcast_impl):
 @pytest.mark.clause("FAULT-10")
 def test_error_kinds_share_one_root_with_standard_bases(tpbcast_run, tpbcast_impl):
     """A not-initialized error (broadcast before initialize), a configuration error (world
-    size 0) and a timeout (a peer whose rank 0 never comes, 0.2 s connect and init
-    deadlines) each carry their standard base, and all three share one root class of the
-    implementation's own.  (The uds-v1 test adds a security error, staged by a regular
-    file at the socket path.)"""
-    require(tpbcast_impl, "error_details", "deadlines")
+    size 0) and a timeout (a rank 0 whose peer never comes, every deadline 0.2 s) each
+    carry their standard base, and all three share one root class of the implementation's
+    own.  (The uds-v1 test adds a security error, staged by a regular file at the socket
+    path.)
+
+    Judged from the classes of the exceptions the calls raised (their MRO, observed), with
+    or without ``error_details`` (which promises attributes, not classes): an adapter
+    passes its engine's exceptions on as they are, and what it refuses itself is
+    ``EngineNotAsked``, which ends the test UNSUPPORTED.  The timeout is rank 0's, whose
+    wait for its peers is the engine's own on every transport (a peer's wait for an absent
+    rank 0 may be an adapter's rendezvous file)."""
+    require(tpbcast_impl, "deadlines")
 
     def target(ctx):
-        bcast = s.short(tpbcast_impl, connect=0.2, init=0.2)
+        bcast = s.short(tpbcast_impl, connect=0.2, init=0.2, io=0.2)
         errors = {
             "not initialized": s.attempt(bcast.broadcast, bytearray(1)),
             "configuration": s.attempt(bcast.initialize, 0, 0, ctx.base_path),
         }
         bcast.reset()  # also after a world size 0 it accepted (INIT-1's subject)
-        call = _watch.Call(bcast.initialize, 1, 2, ctx.base_path)
+        call = _watch.Call(bcast.initialize, 0, 2, ctx.base_path)
         errors["timeout"] = call.ended().raised if call.wait(0.4 + s.MARGIN) else None
         return errors, call.done
 

@@ -733,7 +733,8 @@ def test_reset_from_another_thread_during_broadcast(tpbcast_run, tpbcast_impl):
 @pytest.mark.staged_via("uds-v1")
 def test_concurrent_broadcast_refused_with_a_clear_error(tpbcast_run, tpbcast_impl):
     """MAY: a second broadcast while one is in flight on the same instance; if the
-    implementation refuses it, the error must say why.  Not refusing is UNSUPPORTED."""
+    implementation refuses it, the error must say why.  Not refusing shows the optional
+    refusal absent (the clause holds: reported as absent, not UNSUPPORTED)."""
 
     def target(ctx):
         if ctx.rank == 0:
@@ -765,8 +766,12 @@ def test_concurrent_broadcast_refused_with_a_clear_error(tpbcast_run, tpbcast_im
     seen = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT).outcomes[1].value
     s.fault_happened("BCAST-15", seen is not None, "the first broadcast never blocked")
     refused, raised = seen
-    if not refused or raised is None:
-        raise Unsupported("UNSUPPORTED: the implementation does not refuse a concurrent broadcast")
+    if not s.optional_present(
+        "BCAST-15",
+        refused and raised is not None,
+        "a second broadcast while one was in flight " + ("returned" if refused else "waited"),
+    ):
+        return
     words = (
         "concurren",
         "re-entrant",

@@ -619,7 +619,7 @@ def test_root_paused_mid_sequence(tpbcast_run, tpbcast_impl, tpbcast_faults):
 @pytest.mark.clause("FAULT-10")
 @pytest.mark.staged_via("uds-v1")
 def test_one_hierarchy_with_standard_bases(tpbcast_run, tpbcast_impl):
-    require(tpbcast_impl, "error_details", "deadlines")
+    require(tpbcast_impl, "deadlines")
 
     def target(ctx):
         bcast = s.short(tpbcast_impl, connect=0.2)

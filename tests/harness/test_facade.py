@@ -55,11 +55,11 @@ TIERS = {  # each tier's __all__
     ),
     "tpbcast.harness.adapter": _names(
         """
-        DEFAULT_IMPLEMENTATION DEFAULT_TRANSPORT REQUIRED_MEMBERS TRANSPORT_PROFILES
-        AdapterError Broadcaster Capability CapabilityMissing EngineNotAsked ExecBroadcastError
-        ExecDriverError ExecNotAsked Implementation ImplementationLoadError TransportProfile
-        UnknownCapabilityError UnknownTransportError load_implementation parse_capabilities
-        parse_transport transport_names transport_profile transport_profiles
+        DEFAULT_IMPLEMENTATION DEFAULT_TRANSPORT ENGINE_SURFACES REQUIRED_MEMBERS
+        TRANSPORT_PROFILES AdapterError Broadcaster Capability CapabilityMissing EngineNotAsked
+        ExecBroadcastError ExecDriverError ExecNotAsked Implementation ImplementationLoadError
+        TransportProfile UnknownCapabilityError UnknownTransportError load_implementation
+        parse_capabilities parse_transport transport_names transport_profile transport_profiles
         """
     ),
     "tpbcast.harness.observe": _names(

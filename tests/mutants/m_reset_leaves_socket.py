@@ -12,7 +12,7 @@ from tpbcast.reference_impl import _bootstrap
 from ._base import Delegating
 
 DEFECT = "reset (and a failed initialize) leaves rank 0's socket file behind"
-KILLS = ("RESET-3", "HYG-2")
+KILLS = ("RESET-3", "HYG-2", "INIT-11")
 FAST = True
 
 

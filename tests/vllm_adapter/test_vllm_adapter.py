@@ -31,27 +31,50 @@ def test_declares_shm_and_honest_deadlines():
 
 
 def test_what_the_adapter_decides_itself_is_never_vllms_answer(tmp_path):
-    """Every refusal the adapter makes without calling vLLM is an EngineNotAsked (the
-    suite's UNSUPPORTED, never PASS), and comes at once (a reader rank outside the group
-    never waits for the adapter's handle file)."""
+    """Where vLLM has no place for what a call carries, the adapter refuses with an
+    EngineNotAsked (the suite's UNSUPPORTED, never PASS) naming the surface vLLM lacks, at
+    once and without vLLM."""
     broadcaster = adapter.VllmBroadcaster()
     refusals = {
-        "base_path": lambda: broadcaster.initialize(0, 2, ""),
-        "int_args": lambda: broadcaster.initialize(0, 2.0, str(tmp_path / "g")),
-        "deadline_range": lambda: broadcaster.set_deadlines(io=-1),
-        "root": lambda: (
-            setattr(broadcaster, "_config", (0, 1, "x")),
-            broadcaster.broadcast(bytearray(1), root=1),
+        "base_path": (lambda: broadcaster.initialize(0, 2, ""), "process_group"),
+        "int_args": (
+            lambda: broadcaster.initialize(0, 2.0, str(tmp_path / "g")),
+            "process_group",
         ),
-        "reinit": lambda: broadcaster.initialize(0, 1, "x"),
-        "rank_range": lambda: adapter.VllmBroadcaster().initialize(5, 2, str(tmp_path / "g")),
+        "deadline_range": (lambda: broadcaster.set_deadlines(io=-1), "deadline_settings"),
+        "not_initialized": (lambda: broadcaster.broadcast(bytearray(1), root=1), "lifecycle"),
     }
-    for check, call in refusals.items():
+    for check, (call, surface) in refusals.items():
         with pytest.raises(EngineNotAsked) as info:
             call()
-        assert info.value.check == check
+        assert (info.value.check, info.value.surface) == (check, surface)
         assert "vLLM's MessageQueue was never asked" in str(info.value)
+        assert "the engine has no" in str(info.value)
     assert issubclass(EngineNotAsked, CapabilityMissing)  # the suite's UNSUPPORTED
+
+
+@pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed (nox -s ecosystem installs it)")
+def test_what_vllm_has_a_place_for_is_vllms_answer(tmp_path):
+    """A world size, a root and a world-size-1 broadcast are passed on: vLLM's own
+    assertions answer (MessageQueue's reader count, GroupCoordinator.broadcast_object's
+    src checks), never the adapter."""
+    adapter.make()
+    answers = {
+        "world_size 0": lambda: adapter.VllmBroadcaster().initialize(0, 0, str(tmp_path / "g")),
+        "world_size -1": lambda: adapter.VllmBroadcaster().initialize(0, -1, str(tmp_path / "g")),
+    }
+    alone = adapter.VllmBroadcaster()
+    alone.initialize(0, 1, str(tmp_path / "one"))
+    answers["root 1 at world size 1"] = lambda: alone.broadcast(bytearray(1), root=1)
+    for what, call in answers.items():
+        with pytest.raises(AssertionError) as info:  # vLLM's own assert statements
+            call()
+        assert not isinstance(info.value, CapabilityMissing), what
+    assert "Invalid src rank (1)" in str(info.value)
+    alone.broadcast(bytearray(1))  # root 0: vLLM's bypass for a group of one
+    alone.initialize(0, 1, str(tmp_path / "one"))  # asked again: built again (nothing at 1)
+    assert alone.is_initialized()
+    alone.reset()
 
 
 @pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed (nox -s ecosystem installs it)")
@@ -74,3 +97,30 @@ def test_two_ranks_through_vllm():
     values = [o.value for o in result.outcomes]
     assert values[0][:2] == values[1][:2] and values[0][0] == b"hello"
     assert values[0][2] is False  # rank 0 removed the handle file once every reader joined
+
+
+@pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed (nox -s ecosystem installs it)")
+def test_root_and_reinit_are_asked_of_vllm():
+    """On a live group, root 1 is refused by vLLM's GroupCoordinator assertion on both
+    ranks; a second initialize builds a new queue (vLLM has none to keep) that works."""
+    impl = load_implementation(SPEC)
+
+    def rank(ctx):
+        b = impl.create()
+        b.set_deadlines(connect=10, io=10)
+        b.initialize(ctx.rank, ctx.world_size, ctx.base_path)
+        try:
+            b.broadcast(bytearray(4), root=1)
+        except AssertionError as exc:
+            refused = str(exc)
+        ctx.sync("refused")
+        b.initialize(ctx.rank, ctx.world_size, ctx.base_path)
+        buf = bytearray(b"data" if ctx.rank == 0 else bytes(4))
+        b.broadcast(buf)
+        b.reset()
+        return refused, bytes(buf)
+
+    result = run_ranks(rank, 2, timeout=60)
+    result.raise_for_failure()
+    for outcome in result.outcomes:
+        assert outcome.value == ("Message queue broadcaster only supports src=0", b"data")

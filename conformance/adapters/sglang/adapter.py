@@ -73,10 +73,11 @@ def _payload(buffer: Any) -> Any:
     return buffer.detach().clone() if _torch_tensor(buffer) else memoryview(buffer).tobytes()
 
 
-def not_asked(check: str, detail: str) -> EngineNotAsked:
-    """SGLang delivers objects, it has no receive buffer: what the copy into the caller's
-    buffer refuses, SGLang never decided."""
-    return EngineNotAsked(check, detail, f"SGLang {sglang_version()}")
+def not_asked(check: str, detail: str, surface: str = "receive_buffers") -> EngineNotAsked:
+    """What the adapter answers where SGLang has no place for it (``surface``, by default
+    its receive buffers: SGLang delivers objects, what the copy into the caller's buffer
+    refuses SGLang never decided)."""
+    return EngineNotAsked(check, detail, f"SGLang {sglang_version()}", surface)
 
 
 def _fill(rank: int, index: int, target: Any, got: Any) -> None:

@@ -11,6 +11,14 @@ because the adapter contract has no process group.  SGLang's handle holds the ri
 (``ShmRingBuffer``, pickled by its constructor arguments); the file carries those
 arguments, and a reader rebuilds the ring with SGLang's own constructor, exactly what
 unpickling it does.  This adapter only marshals: no argument checks, no re-init rules.
+A rank and a world size go unchecked to ``MessageQueue`` (``n_reader = world_size - 1``)
+or ``create_from_handle(handle, rank)``; a second ``initialize`` builds the queue again; a
+``root`` other than 0, and any broadcast at world size 1, first goes through SGLang's own
+``GroupCoordinator.broadcast_object`` (its ``src`` assertions, its bypass for a group of
+one) on a coordinator holding this queue.  The adapter answers (``EngineNotAsked``) only
+where SGLang has no place: a broadcast before ``initialize`` or after ``reset``
+(``lifecycle``), the caller's buffers (``receive_buffers``), a handle file of another
+group (``process_group``).
 
 - ``initialize``: rank 0 ``MessageQueue(n_reader=n-1, n_local_reader=n-1,
   local_reader_ranks=[1..n-1], 1 << 22, 6)``, handle file, ``wait_until_ready()``, file
@@ -34,6 +42,7 @@ from typing import Any, Final
 
 from tpbcast.conformance.adapters.vllm._handle import (
     HandleFile,
+    HandleFileError,
     remove_if_ours,
     wait_for_handle,
     write_handle,
@@ -54,6 +63,7 @@ MAX_CHUNKS: Final = 6
 HANDLE_WAIT: Final = 120.0  # the readers' wait for the handle file (the adapter's own)
 SUFFIX: Final = "_sglang_handle.json"
 MODULE: Final = "sglang.srt.distributed.device_communicators.shm_broadcast"
+COORDINATOR_MODULE: Final = "sglang.srt.distributed.parallel_state"  # imported by MODULE
 _USED_NONCES: set[str] = set()
 _SOLO: Final = object()  # a group of one: no queue (GroupCoordinator: world_size > 1 only)
 
@@ -93,13 +103,14 @@ class SglangMessageQueue:
         self.version = sglang_version()
         self._queue: Any = None
         self._rank = 0
+        self._world_size = 0
         self._written: tuple[str, HandleFile] | None = None
 
     def initialize(self, rank: int, world_size: int, base_path: str) -> None:
         from .adapter import not_asked
 
         if world_size == 1:  # GroupCoordinator creates no queue for a group of one
-            self._queue, self._rank = _SOLO, rank
+            self._queue, self._rank, self._world_size = _SOLO, rank, world_size
             return
         mq = import_sglang_module(MODULE)
         path = base_path + SUFFIX
@@ -116,48 +127,53 @@ class SglangMessageQueue:
                 entry = write_handle(path, world_size, _export(queue.export_handle()))
                 self._written = (path, entry)
             else:
-                if not 0 < rank < world_size:
-                    # In SGLang the handle reaches the readers through a collective on the
-                    # cpu_group, which such a rank is not part of; here it would wait on the
-                    # adapter's own handle file: the engine is never asked.
-                    raise not_asked(
-                        "reader_rank",
-                        f"rank {rank} is no reader of a group of {world_size} (readers are "
-                        f"1..{world_size - 1}); only the adapter's handle file would answer",
+                # Any rank is passed on: as create_from_process_group, a rank other than the
+                # writer waits for the handle, then SGLang decides what its rank means.
+                try:
+                    entry = wait_for_handle(
+                        path,
+                        rank=rank,
+                        world_size=world_size,
+                        deadline=HANDLE_WAIT,
+                        used=_USED_NONCES,
                     )
-                entry = wait_for_handle(
-                    path,
-                    rank=rank,
-                    world_size=world_size,
-                    deadline=HANDLE_WAIT,
-                    used=_USED_NONCES,
-                )
+                except HandleFileError as exc:  # the adapter's own rendezvous refused it
+                    raise not_asked("handle_file", str(exc), "process_group") from exc
                 queue = mq.MessageQueue.create_from_handle(_import(mq, entry.handle), rank)
             queue.wait_until_ready()
         except BaseException:
             del queue
             self._remove_handle_file()
             raise
-        self._queue, self._rank = queue, rank
+        self._queue, self._rank, self._world_size = queue, rank, world_size
         self._remove_handle_file()  # every reader has read it once wait_until_ready returns
 
     def broadcast(self, buffer: Any, root: int = 0) -> None:
-        """Rank 0 enqueues, the others dequeue into ``buffer`` in place (``root`` is
-        SGLang's: the queue's writer is the rank that created it)."""
+        """Rank 0 enqueues, the others dequeue into ``buffer`` in place; a ``root`` other
+        than 0 and a group of one are SGLang's ``GroupCoordinator.broadcast_object``'s to
+        answer."""
         from .adapter import _fill, _payload, not_asked
 
         many = isinstance(buffer, list | tuple)
         buffers = list(buffer) if many else [buffer]
         queue = self._queue
         if queue is None:
-            raise not_asked("not_initialized", f"rank {self._rank}: broadcast before initialize")
-        if queue is _SOLO:
+            raise not_asked(
+                "not_initialized",
+                f"rank {self._rank}: broadcast before initialize or after reset: there is no queue",
+                "lifecycle",
+            )
+        payloads = [_payload(b) for b in buffers] if self._rank == 0 else None
+        obj = None if payloads is None else payloads if many else payloads[0]
+        if queue is _SOLO or root != 0:
+            got = self._coordinator().broadcast_object(obj, src=root)
+            if queue is _SOLO or self._rank == 0:
+                return
+        elif self._rank == 0:
+            queue.enqueue(obj)
             return
-        if self._rank == root:
-            payloads = [_payload(b) for b in buffers]
-            queue.enqueue(payloads if many else payloads[0])
-            return
-        got = queue.dequeue()
+        else:
+            got = queue.dequeue()
         received = list(got) if many and isinstance(got, list) else [got]
         if len(received) != len(buffers):
             raise not_asked(
@@ -167,6 +183,16 @@ class SglangMessageQueue:
             )
         for index, (target, item) in enumerate(zip(buffers, received, strict=True)):
             _fill(self._rank, index, target, item)
+
+    def _coordinator(self) -> Any:
+        """SGLang's ``GroupCoordinator`` as far as ``broadcast_object`` reads it (world size,
+        queue), made as SGLang's ``create_from_handle`` makes a queue (``__new__`` without
+        ``__init__``): no process group exists to build one with."""
+        coordinator_class = import_sglang_module(COORDINATOR_MODULE).GroupCoordinator
+        coordinator = coordinator_class.__new__(coordinator_class)
+        coordinator.world_size = self._world_size
+        coordinator.mq_broadcaster = None if self._queue is _SOLO else self._queue
+        return coordinator
 
     def reset(self) -> None:
         self._queue = None  # GroupCoordinator.destroy: self.mq_broadcaster = None

@@ -10,7 +10,12 @@ process group (TensorRT-LLM's torch communicator, our fallback engine, torch's o
   arguments go to torch as they come (torch decides what it accepts);
 - ``broadcast(buffer, root=0)``: ``dist.broadcast(tensor, src=root)`` on a uint8 tensor
   that *is* the caller's buffer (``torch.frombuffer``: in place on the peers, no copy), or
-  on the caller's torch tensor itself; a zero-byte buffer is an empty tensor;
+  on the caller's torch tensor itself; a zero-byte buffer is an empty tensor.  A list of
+  buffers (capability ``multi_buffer``) is one ``dist.broadcast`` per buffer, in list
+  order: torch's API takes one tensor per call, and that loop is how a torch caller
+  broadcasts several (TensorRT-LLM's communicator, SGLang's size-then-bytes pair), so the
+  adapter adds no decision of its own: no check of the list, no packing, no state; what
+  each call does, including a failure part-way through the list, is torch's;
 - ``reset()``: ``dist.destroy_process_group()`` if torch has a default group, and the
   store is dropped.  ``is_initialized()`` is torch's ``dist.is_initialized()``.
 
@@ -52,7 +57,7 @@ __all__ = [
 
 NAME: Final = "torch gloo broadcast"
 TRANSPORT: Final = "tcp"
-CAPABILITIES: Final = frozenset({"deadlines", "tensors", "endpoint"})
+CAPABILITIES: Final = frozenset({"deadlines", "tensors", "endpoint", "multi_buffer"})
 TORCH_GROUP_TIMEOUT: Final = 1800.0  # torch.distributed's default_pg_timeout for gloo
 TORCH_STORE_TIMEOUT: Final = 300.0  # torch's TCPStore / FileStore default
 PORT_SUFFIX: Final = "_tcpstore.json"
@@ -219,6 +224,11 @@ class TorchGlooBroadcaster:
         self._store = store
 
     def broadcast(self, buffer: Any, root: int = 0) -> None:
+        """One ``dist.broadcast`` per buffer, in order (module docstring)."""
+        if isinstance(buffer, list | tuple):
+            for one in buffer:
+                _dist().broadcast(as_tensor(one), src=root)
+            return
         _dist().broadcast(as_tensor(buffer), src=root)
 
     def reset(self) -> None:

@@ -19,19 +19,26 @@ difference: the queue handle travels through a file next to the base path instea
 - ``reset``: ``shutdown()`` (vLLM 0.33's only teardown call: it wakes an idle reader),
   then the reference is dropped as ``GroupCoordinator.destroy`` does
   (``self.mq_broadcaster = None``; vLLM's finalizer closes the zmq sockets, the ring's
-  ``__del__`` unlinks the segment on the writer); rank 0 removes the handle file if a
-  failed initialize left it.
+  ``__del__`` unlinks the segment on the writer).  A failed ``initialize`` removes the
+  handle file it wrote.
 
-What the adapter decides itself, vLLM never sees, and the adapter says so by raising
-``EngineNotAsked`` (the adapter contract's "the engine was never asked": the check is
-UNSUPPORTED, never PASS): a base path it cannot turn into its handle file, a second
-``initialize`` (vLLM has no re-initialize: a ``GroupCoordinator`` builds its queue once), a
-broadcast before ``initialize`` or from another root (there is no queue, or vLLM's writer
-is rank 0 by construction), a read-only or non-contiguous peer buffer, a received object of
-another size than the peer's buffer (vLLM delivers objects, it has no receive buffer), a
-negative deadline, a rank outside ``0 .. world_size - 1`` (in vLLM ranks and world size
-are a process group's, and readers get the handle through a broadcast over it: no such
-rank exists to ask; the adapter's handle file would only make it wait).
+Whatever the contract passes, vLLM is asked where its API has a place for it, and its own
+answer (an assertion, an error, a wait) is what the suite judges: a rank and a world size
+go to ``MessageQueue`` (``n_reader = world_size - 1``) or ``create_from_handle(handle,
+rank)`` unchecked, as ``create_from_process_group`` passes them; a second ``initialize``
+builds the queue again (vLLM has no re-initialize; the new queue replaces the old, which
+is torn down as ``reset`` does); a ``root`` other than 0, and any broadcast at world size
+1, first goes through vLLM's own ``GroupCoordinator.broadcast_object`` (its ``src``
+assertions and its world-size-1 bypass, on a coordinator holding this queue).
+
+Only where vLLM has no place at all does the adapter answer, raising ``EngineNotAsked``
+with the surface vLLM lacks (UNSUPPORTED, never PASS): ``lifecycle`` (a broadcast before
+``initialize`` or after ``reset``: ``GroupCoordinator.destroy`` drops the queue, no object
+is left to ask), ``receive_buffers`` (a read-only or non-contiguous peer buffer, an object
+of another size or kind than the buffer: vLLM delivers objects), ``process_group`` (a base
+path that cannot name the handle file, non-int ranks, a handle file of another world size:
+the handle file stands in for vLLM's process group), ``deadline_settings`` (a negative
+deadline).
 
 Deadlines (capability ``deadlines``), exactly as mapped:
 
@@ -89,6 +96,7 @@ MAX_CHUNK_BYTES: Final = 1 << 22
 MAX_CHUNKS: Final = 6
 DEFAULT_CONNECT: Final = 120.0
 _MODULE: Final = "vllm.distributed.device_communicators.shm_broadcast"
+_COORDINATOR_MODULE: Final = "vllm.distributed.parallel_state"  # imported by _MODULE
 _USED_NONCES: set[str] = set()  # handles this process already joined (see _handle)
 _ENGINE: Final = "vLLM's MessageQueue"
 
@@ -117,8 +125,19 @@ def _vllm_version() -> str:
         return "not installed"
 
 
-def _not_asked(check: str, detail: str) -> EngineNotAsked:
-    return EngineNotAsked(check, detail, _ENGINE)
+def _not_asked(check: str, detail: str, surface: str) -> EngineNotAsked:
+    return EngineNotAsked(check, detail, _ENGINE, surface)
+
+
+def _coordinator(world_size: int, queue: Any) -> Any:
+    """A vLLM ``GroupCoordinator`` as far as ``broadcast_object`` reads it (its world size
+    and its queue), built as vLLM's own ``create_from_handle`` builds a queue (``__new__``
+    without ``__init__``): no process group exists to build one with."""
+    coordinator_class = importlib.import_module(_COORDINATOR_MODULE).GroupCoordinator
+    coordinator = coordinator_class.__new__(coordinator_class)
+    coordinator.world_size = world_size
+    coordinator.mq_broadcaster = queue
+    return coordinator
 
 
 def _seconds(name: str, value: float) -> float | None:
@@ -126,7 +145,9 @@ def _seconds(name: str, value: float) -> float | None:
         return None
     if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise _not_asked(
-            "deadline_range", f"{name} deadline must be >= 0 seconds or math.inf, got {value!r}"
+            "deadline_range",
+            f"{name} deadline must be >= 0 seconds or math.inf, got {value!r}",
+            "deadline_settings",
         )
     return float(value)
 
@@ -153,10 +174,13 @@ def _writable_view(rank: int, index: int, buffer: Any) -> memoryview | None:
             "read_only_buffer",
             f"rank {rank}: a peer receives in place: buffer {index} is a read-only "
             f"{type(buffer).__name__}",
+            "receive_buffers",
         )
     if not view.c_contiguous:
         raise _not_asked(
-            "non_contiguous_buffer", f"rank {rank}: buffer {index} is not C-contiguous"
+            "non_contiguous_buffer",
+            f"rank {rank}: buffer {index} is not C-contiguous",
+            "receive_buffers",
         )
     return view.cast("B") if view.ndim != 1 or view.format != "B" else view
 
@@ -167,6 +191,7 @@ def _fill(rank: int, index: int, target: Any, view: memoryview | None, got: Any)
             raise _not_asked(
                 "buffer_kind",
                 f"rank {rank}: buffer {index} is a tensor but the root sent a {type(got).__name__}",
+                "receive_buffers",
             )
         want = target.numel() * target.element_size()
         have = got.numel() * got.element_size()
@@ -176,12 +201,15 @@ def _fill(rank: int, index: int, target: Any, view: memoryview | None, got: Any)
                 f"rank {rank}: buffer {index} size mismatch: the root sent {have} bytes "
                 f"({got.dtype}, shape {tuple(got.shape)}), this rank's buffer has {want} "
                 f"bytes ({target.dtype}, shape {tuple(target.shape)})",
+                "receive_buffers",
             )
         target.copy_(got.reshape(target.shape))
         return
     if _torch_tensor(got):
         raise _not_asked(
-            "buffer_kind", f"rank {rank}: buffer {index} is not a tensor but the root sent one"
+            "buffer_kind",
+            f"rank {rank}: buffer {index} is not a tensor but the root sent one",
+            "receive_buffers",
         )
     data = memoryview(got).cast("B")
     if data.nbytes != view.nbytes:
@@ -189,8 +217,25 @@ def _fill(rank: int, index: int, target: Any, view: memoryview | None, got: Any)
             "size_mismatch",
             f"rank {rank}: buffer {index} size mismatch: the root sent {data.nbytes} bytes, "
             f"this rank's buffer has {view.nbytes} bytes",
+            "receive_buffers",
         )
     view[:] = data
+
+
+def _deliver(
+    rank: int, buffers: list[Any], views: list[memoryview | None], many: bool, got: Any
+) -> None:
+    """Copy what vLLM delivered into the caller's buffers (vLLM delivers objects)."""
+    received = list(got) if many and isinstance(got, list) else [got]
+    if many != isinstance(got, list) or len(received) != len(buffers):
+        sent = f"{len(got)} buffers" if isinstance(got, list) else "one buffer"
+        raise _not_asked(
+            "buffer_count",
+            f"rank {rank}: the root sent {sent}, this rank has {len(buffers)}",
+            "receive_buffers",
+        )
+    for i, (target, view, item) in enumerate(zip(buffers, views, received, strict=True)):
+        _fill(rank, i, target, view, item)
 
 
 class VllmBroadcaster:
@@ -212,7 +257,6 @@ class VllmBroadcaster:
         }
         self._config: tuple[int, int, str] | None = None
         self._queue: Any = None
-        self._handle: tuple[str, HandleFile] | None = None  # the file this rank 0 wrote
 
     # ----------------------------------------------------------------- deadlines
 
@@ -233,42 +277,39 @@ class VllmBroadcaster:
     # ----------------------------------------------------------------- lifecycle
 
     def initialize(self, rank: int, world_size: int, base_path: str) -> None:
+        """Build this rank's side of the queue, as ``create_from_process_group`` does.
+
+        Nothing is range-checked here: rank 0 builds the writer for ``world_size - 1``
+        readers, any other rank waits for the handle and joins with its rank, and vLLM
+        answers whatever it is given.  Called again, it builds again (vLLM has no
+        re-initialize); once the new queue is ready the old one is torn down.
+        """
         if not isinstance(base_path, str) or not base_path or "\0" in base_path:
             # The base path names the adapter's handle file, its stand-in for the process
             # group that carries the handle in vLLM: vLLM itself has no base path.
             raise _not_asked(
-                "base_path", f"base_path {base_path!r} cannot name the adapter's handle file"
+                "base_path",
+                f"base_path {base_path!r} cannot name the adapter's handle file",
+                "process_group",
             )
         if not isinstance(rank, int) or not isinstance(world_size, int):
             raise _not_asked(
                 "int_args",
-                f"rank {rank!r} and world_size {world_size!r}: vLLM's queue takes ints; the "
-                "adapter cannot pass these on",
+                f"rank {rank!r} and world_size {world_size!r}: a process group's ranks are "
+                "ints; the adapter cannot pass these on",
+                "process_group",
             )
         config = (rank, world_size, base_path)
-        if self._config is not None:
-            old_rank, old_ws, old_base = self._config
-            raise _not_asked(
-                "reinit",
-                f"initialize as rank {rank} of {world_size} at {base_path!r} on an object "
-                f"initialized as rank {old_rank} of {old_ws} at {old_base!r}: vLLM has no "
-                "re-initialize (a GroupCoordinator builds its queue once)",
-            )
-        if not 0 <= rank < world_size:
-            # In vLLM the ranks and the world size are a process group's: no rank outside
-            # it exists to build or join a queue (readers get the handle from a broadcast
-            # over that group), so whatever the adapter did here would be its own answer.
-            raise _not_asked(
-                "rank_range",
-                f"rank {rank} of {world_size} is no member of a process group that could "
-                "carry vLLM's queue handle (the adapter's rendezvous stands in for it)",
-            )
-        if world_size == 1:  # parallel_state creates no queue for a group of one
-            self._config = config
-            return
+        queue = None if world_size == 1 else self._build(rank, world_size, base_path)
+        old, self._queue, self._config = self._queue, queue, config
+        if old is not None:  # a re-initialize: the queue it replaces goes as in reset
+            self._teardown(old)
+
+    def _build(self, rank: int, world_size: int, base_path: str) -> Any:
         mq_module = _shm_broadcast()
         path = handle_path(base_path)
         queue: Any = None
+        written: tuple[str, HandleFile] | None = None
         try:
             if rank == 0:
                 readers = list(range(1, world_size))
@@ -279,8 +320,7 @@ class VllmBroadcaster:
                     max_chunk_bytes=MAX_CHUNK_BYTES,
                     max_chunks=MAX_CHUNKS,
                 )
-                entry = write_handle(path, world_size, asdict(queue.export_handle()))
-                self._handle = (path, entry)
+                written = (path, write_handle(path, world_size, asdict(queue.export_handle())))
             else:
                 connect = self._deadlines["connect"]
                 try:
@@ -292,34 +332,43 @@ class VllmBroadcaster:
                         used=_USED_NONCES,
                     )
                 except HandleFileError as exc:  # the adapter's own rendezvous refused it
-                    raise _not_asked("handle_file", str(exc)) from exc
+                    raise _not_asked("handle_file", str(exc), "process_group") from exc
                 handle = mq_module.Handle(**entry.handle)
                 queue = mq_module.MessageQueue.create_from_handle(handle, rank)
             queue.wait_until_ready()
         except BaseException:
-            self._teardown(queue)
+            if queue is not None:
+                queue.shutdown()
+            del queue
+            if written is not None:
+                remove_if_ours(*written)
             raise
-        self._queue = queue
-        self._config = config
         # Every reader has read the handle once wait_until_ready returns on the writer (it
         # waits for each reader's subscription): the file has done its job.
-        self._remove_handle_file()
+        if written is not None:
+            remove_if_ours(*written)
+        return queue
 
     def broadcast(self, buffer: Any, root: int = 0) -> None:
         """Rank 0 enqueues, the others dequeue into ``buffer`` in place.
 
         ``buffer``: a bytes-like object (bytearray, memoryview, numpy array; read-only
         bytes on rank 0 only), a torch CPU tensor, or a list/tuple of them sent as one
-        message.
+        message.  A ``root`` other than 0 and any broadcast at world size 1 are vLLM's
+        ``GroupCoordinator.broadcast_object``'s to answer (its ``src`` assertions, its
+        bypass for a group of one).
         """
         if self._config is None:
-            raise _not_asked("not_initialized", "broadcast before initialize: there is no queue")
-        if root != 0:
-            raise _not_asked("root", f"root {root!r}: vLLM's writer is rank 0 by construction")
+            raise _not_asked(
+                "not_initialized",
+                "broadcast before initialize or after reset: there is no queue",
+                "lifecycle",
+            )
         rank, world_size, _ = self._config
         many = isinstance(buffer, list | tuple)
         buffers = list(buffer) if many else [buffer]
-        if world_size == 1:
+        if world_size == 1 or root != 0:
+            self._through_coordinator(rank, world_size, buffers, many, root)
             return
         io = self._deadlines["io"]
         if rank == 0:
@@ -342,31 +391,30 @@ class VllmBroadcaster:
                 f"rank {rank}: vLLM MessageQueue.dequeue timed out (io deadline {io} s, "
                 f"{time.monotonic() - started:.3f} s elapsed)"
             ) from exc
-        received = list(got) if many and isinstance(got, list) else [got]
-        if many != isinstance(got, list) or len(received) != len(buffers):
-            sent = f"{len(got)} buffers" if isinstance(got, list) else "one buffer"
-            raise _not_asked(
-                "buffer_count", f"rank {rank}: the root sent {sent}, this rank has {len(buffers)}"
-            )
-        for i, (target, view, item) in enumerate(zip(buffers, views, received, strict=True)):
-            _fill(rank, i, target, view, item)
+        _deliver(rank, buffers, views, many, got)
+
+    def _through_coordinator(
+        self, rank: int, world_size: int, buffers: list[Any], many: bool, root: int
+    ) -> None:
+        """``GroupCoordinator.broadcast_object(obj, src=root)`` over this queue, exactly as
+        vLLM calls it: the root's object on rank 0, None elsewhere, no timeout (vLLM's call
+        passes none)."""
+        views = None if rank == 0 else [_writable_view(rank, i, b) for i, b in enumerate(buffers)]
+        payloads = [_payload(b) for b in buffers] if rank == 0 else None
+        obj = None if payloads is None else payloads if many else payloads[0]
+        got = _coordinator(world_size, self._queue).broadcast_object(obj, src=root)
+        if views is not None and world_size > 1:
+            _deliver(rank, buffers, views, many, got)
 
     def reset(self) -> None:
         queue, self._queue, self._config = self._queue, None, None
         self._teardown(queue)
 
-    def _teardown(self, queue: Any) -> None:
+    @staticmethod
+    def _teardown(queue: Any) -> None:
         if queue is not None:
             queue.shutdown()
         del queue  # GroupCoordinator.destroy: self.mq_broadcaster = None
-        self._remove_handle_file()
-
-    def _remove_handle_file(self) -> None:
-        """Rank 0: remove the handle file if it is still the one this object wrote."""
-        written, self._handle = self._handle, None
-        if written is not None:
-            path, entry = written
-            remove_if_ours(path, entry)
 
     def is_initialized(self) -> bool:
         return self._config is not None
