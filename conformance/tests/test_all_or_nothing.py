@@ -130,7 +130,7 @@ def _again(ctx, attempt):
 
 def _die(ctx, staging, action):
     ctx.record("fault", action=f"SIGKILL of rank {staging.victim} {action}")
-    os.kill(os.getpid(), signal.SIGKILL)
+    observe.kill(os.getpid())
 
 
 def _play_victim(ctx, bcast, seed, staging, *, delay):
@@ -138,7 +138,7 @@ def _play_victim(ctx, bcast, seed, staging, *, delay):
     what = f"rank {staging.victim}"
     if staging.when == "before":
         ctx.record("fault", action=f"SIGKILL of {what} before its broadcast")
-        os.kill(os.getpid(), signal.SIGKILL)
+        observe.kill(os.getpid())
     if staging.when == "stopped":
         ctx.record("fault", action=f"SIGSTOP of {what} before its broadcast")
         os.kill(os.getpid(), signal.SIGSTOP)
@@ -196,7 +196,7 @@ def _root_with_readers_stopped(ctx, bcast, seed, staging):
         ctx.record("fault", action=f"SIGCONT of ranks 1 and 2, SIGKILL of rank 0 {action}")
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
-        os.kill(os.getpid(), signal.SIGKILL)
+        observe.kill(os.getpid())
 
     call = _watch.Call(
         bcast.broadcast,
@@ -224,7 +224,7 @@ def _play_survivor(ctx, bcast, seed, staging):
                 ctx.notify("observed")
             else:  # rank 0 ends the stopped victim once both survivors were watched
                 _watch.notified(ctx, "observed", staging.window + s.MARGIN)
-                os.kill(s.published_pid(ctx, staging.victim, "FAULT-12"), signal.SIGKILL)
+                observe.kill(s.published_pid(ctx, staging.victim, "FAULT-12"))
         # A call still running gets PATIENCE more (a loaded machine, a slow second path):
         # "blocked" must mean blocked, not slow.
         call.wait(s.PATIENCE)
