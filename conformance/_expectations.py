@@ -13,6 +13,14 @@ do::
     verdict = "UNSUPPORTED"
     reason = "no secure_dir yet"
 
+    [expect.FAULT-3]
+    verdict = ["FAIL", "PASS"]
+    reason = "the wording depends on whether the dead rank's kernel sends an RST or a FIN"
+
+A list announces a race of the implementation itself (not of the suite: a staging that can
+go either way is the suite's to make decisive): the first verdict is the one reports show
+as expected, and any verdict of the list is as expected; the reason must say what decides.
+
 Judged against such a file, a run fails only on news: a FAIL or ERROR the file does not
 announce (a regression; an ERROR is never expected, the suite could not judge), or an
 announced verdict that did not happen without failing (a stale expectation, as pytest's
@@ -63,6 +71,7 @@ class Expectation:
     clause_id: str
     verdict: Verdict
     reason: str
+    also: tuple[Verdict, ...] = ()  # the other verdicts of a race announced as a list
 
 
 @dataclass(frozen=True)
@@ -90,16 +99,28 @@ def _entry(cid: str, raw: object, spec: Spec, problems: list[str]) -> Expectatio
     extra = sorted(set(raw) - _KEYS)
     if extra:
         problems.append(f"{where}: unknown key(s) {', '.join(map(repr, extra))}")
-    verdict = str(raw.get("verdict", "")).upper()
+    raw_verdict = raw.get("verdict", "")
+    listed = raw_verdict if isinstance(raw_verdict, list) and raw_verdict else [raw_verdict]
+    verdicts = [str(v).upper() for v in listed]
     allowed = ", ".join(v.value for v in EXPECTABLE)
-    if verdict not in {v.value for v in EXPECTABLE}:
-        problems.append(f"{where}: verdict {raw.get('verdict')!r} is not one of {allowed}")
+    # A race may also come out PASS, never ERROR (the suite could not judge: never known).
+    also_ok = {e.value for e in EXPECTABLE} | {Verdict.PASS.value}
+    if (
+        verdicts[0] not in {e.value for e in EXPECTABLE}
+        or any(v not in also_ok for v in verdicts[1:])
+        or len(set(verdicts)) != len(verdicts)
+    ):
+        problems.append(
+            f"{where}: verdict {raw_verdict!r} is not one of {allowed}, or a list of "
+            "different ones starting with one of them (PASS may follow)"
+        )
         return None
     reason = raw.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         problems.append(f"{where}: 'reason' must say why (a non-empty string)")
         return None
-    return Expectation(spec[cid].id, Verdict(verdict), " ".join(reason.split()))
+    first, *others = (Verdict(v) for v in verdicts)
+    return Expectation(spec[cid].id, first, " ".join(reason.split()), tuple(others))
 
 
 def parse_expectations(data: Mapping[str, Any], spec: Spec, source: str) -> Expectations:
@@ -157,7 +178,7 @@ def apply_expectations(suite: SuiteResult, expectations: Expectations) -> SuiteR
     """``suite`` with each clause's expectation attached and ``suite.expectations`` set,
     which switches its exit status to "unexpected results only" (``_results.exit_status``)."""
     clauses = tuple(
-        dataclasses.replace(r, expected=e.verdict, expected_reason=e.reason)
+        dataclasses.replace(r, expected=e.verdict, expected_reason=e.reason, expected_also=e.also)
         if (e := expectations.by_clause.get(r.clause.id)) is not None
         else r
         for r in suite.clauses

@@ -62,6 +62,7 @@ def _expected_json(result: ClauseResult) -> dict[str, Any] | None:
     )
     return {
         "verdict": result.expected.value,
+        "also": [v.value for v in result.expected_also],
         "reason": result.expected_reason,
         "outcome": outcome,
         "shown": result.shown_verdict,
@@ -175,6 +176,7 @@ def suite_from_json(doc: Mapping[str, Any], spec: Spec | None = None) -> SuiteRe
             checks=tuple(by_clause.get(c["id"], ())),
             expected=Verdict(c["expected"]["verdict"]) if c.get("expected") else None,
             expected_reason=c["expected"]["reason"] if c.get("expected") else "",
+            expected_also=tuple(Verdict(v) for v in (c.get("expected") or {}).get("also", ())),
         )
         for c in doc["clauses"]
         if c["id"] in spec

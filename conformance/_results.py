@@ -79,8 +79,8 @@ _ABSENT_RE: Final = re.compile(r"^[A-Z]+-\d+: " + re.escape(OPTIONAL_ABSENT))
 # real classes, so a change of their wording fails there, not silently here.
 _UNDECLARED_RE: Final = re.compile(r"does not declare capability ((?:'[^']+'(?:, )?)+)")
 _NOT_ASKED_RE: Final = re.compile(
-    r"UNSUPPORTED \(([\w.:-]+)\): .*?(The adapter decided this itself|checked by the exec "
-    r"adapter)",
+    r"UNSUPPORTED \((?:engine:(\w+); )?([\w.:-]+)\): .*?(The adapter decided this itself|"
+    r"checked by the exec adapter)",
     re.DOTALL,
 )
 _NOT_ASKED_PREFIX: Final = {
@@ -100,7 +100,12 @@ def needs_of_message(message: str) -> tuple[str, ...]:
     found: list[str] = []
     for match in _UNDECLARED_RE.finditer(message):
         found += re.findall(r"'([^']+)'", match.group(1))
-    found += [f"{_NOT_ASKED_PREFIX[by]}:{check}" for check, by in _NOT_ASKED_RE.findall(message)]
+    # An engine surface ("engine:lifecycle") names what the engine lacks; without one, the
+    # adapter's own check ("adapter:rank_range") is all there is to name.
+    found += [
+        f"engine:{surface}" if surface else f"{_NOT_ASKED_PREFIX[by]}:{check}"
+        for surface, check, by in _NOT_ASKED_RE.findall(message)
+    ]
     return tuple(dict.fromkeys(found))
 
 
@@ -195,11 +200,14 @@ class ClauseResult:
     checks: tuple[CheckResult, ...] = ()
     expected: Verdict | None = None
     expected_reason: str = ""
+    expected_also: tuple[Verdict, ...] = ()  # a race announced as a list of verdicts
 
     @property
     def is_expected(self) -> bool:
         """The verdict is the one the expectations file announced."""
-        return self.expected is not None and self.verdict is self.expected
+        return self.expected is not None and (
+            self.verdict is self.expected or self.verdict in self.expected_also
+        )
 
     @property
     def is_regression(self) -> bool:
@@ -211,7 +219,12 @@ class ClauseResult:
         """An expectation the run contradicts without failing (e.g. PASS where FAIL was
         expected): like ``xfail_strict``, the file must be updated.  A clause the run did
         not judge (NOT_TESTED, e.g. deselected) contradicts nothing."""
-        not_judged = (self.expected, Verdict.NOT_TESTED, Verdict.NOT_APPLICABLE)
+        not_judged = (
+            self.expected,
+            *self.expected_also,
+            Verdict.NOT_TESTED,
+            Verdict.NOT_APPLICABLE,
+        )
         if self.expected is None or self.verdict in not_judged:
             return False
         return not self.verdict.is_failure

@@ -157,11 +157,13 @@ class EngineNotAsked(CapabilityMissing):
                 f"EngineNotAsked: unknown engine surface {surface!r} (known: "
                 f"{', '.join(sorted(ENGINE_SURFACES))})"
             )
-        lacks = "" if surface is None else f"the engine has no {ENGINE_SURFACES[surface]}; "
+        # ``engine:<surface>`` leads, so a report can name what the engine lacks.
+        what = check if surface is None else f"engine:{surface}; {check}"
+        lacks = "" if surface is None else f"; the engine has no {ENGINE_SURFACES[surface]}"
         # CapabilityMissing's own message speaks of an undeclared capability: not this.
         AdapterError.__init__(
             self,
-            f"UNSUPPORTED ({lacks}{check}): {detail}. The adapter decided this itself; "
+            f"UNSUPPORTED ({what}): {detail}{lacks}. The adapter decided this itself; "
             f"{engine} was never asked, so nothing about it was judged",
         )
         self.capability = f"adapter:{check}"

@@ -97,6 +97,29 @@ def test_every_verdict_against_every_expectation() -> None:
     assert only_known.exit_status == 0, "a MUST FAIL the file announces does not fail the run"
 
 
+def test_a_race_of_the_implementation_is_announced_as_a_list_of_verdicts() -> None:
+    """``verdict = ["FAIL", "PASS"]``: either is as expected, anything else is news, and the
+    list survives the JSON report."""
+    spec = default_spec()
+    ids = ["WIRE-1", "WIRE-2", "WIRE-3", "WIRE-4"]
+    observed = ["FAIL", "PASS", "ERROR", "UNSUPPORTED"]
+    checks = [CheckResult(f"t::{c}", (c,), Verdict(v)) for c, v in zip(ids, observed, strict=True)]
+    race = {"verdict": ["FAIL", "PASS"], "reason": "the kernel's RST or FIN decides"}
+    judged = apply_expectations(
+        aggregate(spec, checks, clauses=[spec[c] for c in ids]),
+        parse_expectations({"expect": dict.fromkeys(ids, race)}, spec, "f"),
+    )
+    assert {r.clause.id for r in judged.expected_results} == {"WIRE-1", "WIRE-2"}
+    news = {r.clause.id: (r.is_regression, r.is_stale_expectation) for r in judged.unexpected}
+    assert news == {"WIRE-3": (True, False), "WIRE-4": (False, True)}
+    again = suite_from_json(json_document(judged), spec)
+    assert again.clause("WIRE-2").expected_also == (Verdict.PASS,)
+    assert {r.clause.id for r in again.expected_results} == {"WIRE-1", "WIRE-2"}
+    for bad in (["FAIL", "FAIL"], ["FAIL", "ERROR"], []):
+        with pytest.raises(ExpectationsError, match="not one of"):
+            parse_expectations({"expect": {"WIRE-1": {**race, "verdict": bad}}}, spec, "f")
+
+
 def test_reports_show_the_expectation_and_json_round_trips(tmp_path: Path) -> None:
     spec = default_spec()
     checks = [
@@ -124,6 +147,7 @@ def test_reports_show_the_expectation_and_json_round_trips(tmp_path: Path) -> No
     wire1 = next(c for c in doc["clauses"] if c["id"] == "WIRE-1")
     assert wire1["expected"] == {
         "verdict": "FAIL",
+        "also": [],
         "reason": "known gap",
         "outcome": "expected",
         "shown": "FAIL (expected: known gap)",

@@ -39,6 +39,8 @@ def test_needs_are_read_from_the_real_classes_messages() -> None:
     assert needs_of_message(str(CapabilityMissing("tensors", "x"))) == ("tensors",)
     not_asked = EngineNotAsked("peer_buffer", "rank 1: buffer 0 is read-only", "SGLang 0.5")
     assert needs_of_message(f"rank 1: {not_asked}") == ("adapter:peer_buffer",)
+    lacks = EngineNotAsked("read_only_buffer", "buffer 0 is read-only", "vLLM", "receive_buffers")
+    assert needs_of_message(f"RESET-4: rank 1: {lacks}") == ("engine:receive_buffers",)
     assert needs_of_message(str(ExecNotAsked("int_range", "9e9", ("drv",)))) == ("exec:int_range",)
     assert needs_of_message("UNSUPPORTED (precondition): no network namespaces") == ()
     assert needs_of_message("RESET-4: not stageable on this implementation: x") == ()
