@@ -654,3 +654,30 @@ def wait_dead(ctx: Any, rank: int, cid: str, timeout: float = PATIENCE) -> float
     if died is None:
         raise PreconditionError(cid, f"rank {rank} (pid {pid}) is still alive")
     return died
+
+
+# What a refusal of a second, concurrent broadcast says about itself (BCAST-15's wording).
+_CONCURRENCY_WORDS: Final = (
+    "concurren",
+    "re-entrant",
+    "reentrant",
+    "in progress",
+    "in flight",
+    "running",
+    "busy",
+    "underway",
+    "at a time",
+    "already",
+    "another thread",
+)
+
+
+def check_refusal_says_concurrent(raised: Raised, rank: int) -> None:
+    """BCAST-15: a refused concurrent broadcast says why (one of the usual phrasings)."""
+    check(
+        "BCAST-15",
+        any(w in raised.message.lower() for w in _CONCURRENCY_WORDS),
+        "a refused concurrent broadcast says so",
+        raised,
+        rank=rank,
+    )
