@@ -42,12 +42,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
 
+from tpbcast.harness.adapter import ENGINE_SURFACES
+
 from .spec import DEFAULT_TRANSPORT, LEVELS, Clause, Spec
 
 __all__ = [
     "EXIT_MUST_FAILED",
     "EXIT_OK",
     "OPTIONAL_ABSENT",
+    "STAGED_ELSEWHERE",
     "CheckResult",
     "ClauseResult",
     "ImplementationInfo",
@@ -59,6 +62,7 @@ __all__ = [
     "exit_status",
     "is_optional_absent_message",
     "needs_of_message",
+    "surfaces_of_message",
 ]
 
 EXIT_OK: Final = 0
@@ -87,6 +91,16 @@ _NOT_ASKED_PREFIX: Final = {
     "The adapter decided this itself": "adapter",
     "checked by the exec adapter": "exec",
 }
+
+
+STAGED_ELSEWHERE: Final = "not staged by this test"
+"""How the message of a NOT_TESTED check that defers to another staging starts, after its id."""
+_ELSEWHERE_RE: Final = re.compile(r"^[A-Z]+-\d+: " + re.escape(STAGED_ELSEWHERE))
+
+
+def surfaces_of_message(message: str) -> tuple[str, ...]:
+    """The engine surfaces an ``EngineNotAsked`` message says the engine lacks."""
+    return tuple(dict.fromkeys(s for s, _, _ in _NOT_ASKED_RE.findall(message) if s))
 
 
 def is_optional_absent_message(message: str) -> bool:
@@ -518,7 +532,9 @@ def aggregate(
                 unknown.append(cid)
     judged = {c.id: c.for_transport(impl.transport) for c in chosen}
     for cid, clause in judged.items():
-        by_clause[cid] = [_absence_at(clause, check) for check in by_clause[cid]]
+        by_clause[cid] = _staged_nowhere(
+            [_engine_lacks(clause, _absence_at(clause, check)) for check in by_clause[cid]]
+        )
     results = tuple(
         ClauseResult(
             # The level this implementation is judged at (a per-transport override applied):
@@ -558,6 +574,46 @@ def _absence_at(clause: Clause, check: CheckResult) -> CheckResult:
         message=f"suite defect: {clause.id} is a {clause.level} clause, so its behaviour is "
         f"not optional and its absence is no PASS: {check.message}",
     )
+
+
+def _engine_lacks(clause: Clause, check: CheckResult) -> CheckResult:
+    """``check`` as it counts for ``clause``: an adapter's ``EngineNotAsked`` naming a surface
+    the clause is about (``Clause.about``) is the engine lacking what the clause requires, a
+    FAIL of the engine; for any other clause it stays UNSUPPORTED (never asked)."""
+    if check.verdict is not Verdict.UNSUPPORTED:
+        return check
+    lacking = [s for s in surfaces_of_message(check.message) if s in clause.about]
+    if not lacking:
+        return check
+    what = " and no ".join(ENGINE_SURFACES[s] for s in lacking)
+    return dataclasses.replace(
+        check,
+        verdict=Verdict.FAIL,
+        message=f"{clause.id}: the engine has no {what}, which this clause requires: it cannot "
+        f"meet it (the adapter's report: {check.message})",
+    )
+
+
+def _staged_nowhere(checks: list[CheckResult]) -> list[CheckResult]:
+    """``checks`` of one clause, where each test deferred to another and none staged it:
+    those NOT_TESTED checks become UNSUPPORTED, the clause "not stageable on this
+    implementation" by any of its tests (never NOT_TESTED, which reads as "not run")."""
+    deferred = [
+        c for c in checks if c.verdict is Verdict.NOT_TESTED and _ELSEWHERE_RE.match(c.message)
+    ]
+    if not deferred or any(c.verdict is not Verdict.NOT_TESTED for c in checks):
+        return checks
+    return [
+        dataclasses.replace(
+            c,
+            verdict=Verdict.UNSUPPORTED,
+            message=f"{c.message} -- and no other test staged it: not stageable on this "
+            "implementation",
+        )
+        if c in deferred
+        else c
+        for c in checks
+    ]
 
 
 def exit_status(suite: SuiteResult) -> int:

@@ -27,7 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tpbcast.harness.adapter import DEFAULT_TRANSPORT, transport_names, transport_profiles
+from tpbcast.harness.adapter import (
+    DEFAULT_TRANSPORT,
+    ENGINE_SURFACES,
+    transport_names,
+    transport_profiles,
+)
 
 __all__ = [
     "AREAS",
@@ -128,6 +133,7 @@ _CLAUSE_KEYS: Final = frozenset(
         "requirement",
         "rationale",
         "capabilities",
+        "about",
         "scope",
         "upstream",
         "upstream_note",
@@ -174,6 +180,11 @@ class Clause:
     requirement: str
     rationale: str
     capabilities: tuple[str, ...] = ()
+    about: tuple[str, ...] = ()
+    """The engine surfaces (``ENGINE_SURFACES``: ``lifecycle``, ``receive_buffers``, ...) the
+    clause is about.  An adapter that answers ``EngineNotAsked`` with one of them says the
+    engine lacks the very thing the clause requires: the clause FAILs for that engine (the
+    absence is the finding), where any other clause left unjudged by it is UNSUPPORTED."""
     scope: str = "core"
     """``core``, ``dispatch``, or the transport profile(s) the clause belongs to, as written in
     the registry (several transports joined by ``", "``); :attr:`transports` lists them."""
@@ -468,6 +479,7 @@ def _build_clause(raw: Mapping[str, Any], where: str, problems: list[str]) -> Cl
         requirement=_text(raw, "requirement", cid, problems),
         rationale=_text(raw, "rationale", cid, problems),
         capabilities=_string_list(raw.get("capabilities", []), f"{cid}: 'capabilities'", problems),
+        about=_string_list(raw.get("about", []), f"{cid}: 'about'", problems),
         scope=", ".join(scope),
         transports=tuple(s for s in scope if s not in EVERY_TRANSPORT_SCOPES),
         upstream=None if raw.get("upstream") is None else str(raw["upstream"]),
@@ -547,6 +559,12 @@ def _clause_problems(c: Clause, id_area: str) -> Iterator[str]:
     for cap in c.capabilities:
         if cap not in CAPABILITIES:
             yield f"{c.id}: unknown capability {cap!r}; known: {', '.join(sorted(CAPABILITIES))}"
+    for surface in c.about:
+        if surface not in ENGINE_SURFACES:
+            yield (
+                f"{c.id}: unknown engine surface {surface!r} in 'about'; known: "
+                f"{', '.join(sorted(ENGINE_SURFACES))}"
+            )
     known = scopes()
     for name in c.transports or (c.scope,):
         if name not in known:

@@ -88,10 +88,21 @@ The reports name such clauses ("MAY options absent"), which keeps what a MAY cla
 reported for. The rule holds for every MAY clause and only for them: the same record against a
 MUST or SHOULD clause is a suite defect, ERROR. A check whose staging rests on another clause
 the implementation does not meet, where another test stages the clause without it, is
-NOT_TESTED (listed, and counted as absent). Each report names, per implementation, the core
-clauses left UNSUPPORTED and what was not declared for each: a capability, or
-`adapter:<check>` / `exec:<check>` for a call an adapter answered itself (the engine was never
-asked).
+NOT_TESTED (listed, and counted as absent); when every test of a clause defers so, none could
+stage it and the clause is UNSUPPORTED (not stageable on this implementation). Each report
+names, per implementation, the core clauses left UNSUPPORTED and what was not declared for
+each: a capability, or `engine:<surface>` / `adapter:<check>` / `exec:<check>` for a call an
+adapter answered itself (the engine was never asked).
+
+An adapter earns its engine nothing. Where the engine's API has no place for a call, the
+adapter raises `EngineNotAsked` (naming the engine surface it lacks: `lifecycle`, no
+not-initialized state and no `is_initialized`; `receive_buffers`, objects delivered instead
+of the caller's buffers filled; `process_group`, a rendezvous the adapter stands in for;
+`deadline_settings`): never PASS. A clause *about* that surface (the registry's `about`:
+BCAST-2, RESET-4 and INIT-12 about `lifecycle`, BCAST-11 about `receive_buffers`) is FAIL for
+that engine, since the engine lacks the very thing the clause requires; any other clause the
+call left unjudged is UNSUPPORTED. A surface the adapter stands in for (`process_group`,
+`deadline_settings`) is no clause's subject.
 
 A *check* judges exactly one clause. A test may make several checks, of several clauses; they
 are soft: a failed check is recorded and the test goes on, so it never hides a later check, and
@@ -313,7 +324,10 @@ def _render_area(spec: Spec, area: Area) -> list[str]:
         out.append("")
         caps = ", ".join(f"`{cap}`" for cap in c.capabilities) or "none"
         overrides = "".join(f" (**{lvl}** for {t})" for t, lvl in c.level_by_transport)
-        out.append(f"- Level: **{c.level}**{overrides}; scope: {c.scope}; capabilities: {caps}")
+        about = "".join(f"; about the engine's {surface}" for surface in c.about)
+        out.append(
+            f"- Level: **{c.level}**{overrides}; scope: {c.scope}; capabilities: {caps}{about}"
+        )
         out.append(f"- Rationale: {_md(c.rationale)}")
         if c.upstream is not None:
             note = f" ({_md(c.upstream_note)})" if c.upstream_note else ""

@@ -27,8 +27,8 @@ from tpbcast.conformance._checks import (
     record_absent,
     record_unjudged,
 )
-from tpbcast.conformance._results import Verdict
-from tpbcast.harness import CapabilityMissing, observe
+from tpbcast.conformance._results import STAGED_ELSEWHERE, Verdict
+from tpbcast.harness import CapabilityMissing, EngineNotAsked, observe
 from tpbcast.harness.rogue import rogue_peer
 from tpbcast.harness.runtime import WORKDIR_PREFIX, claim
 
@@ -113,6 +113,42 @@ def attempt(fn: Callable[..., object], *args: Any, **kwargs: Any) -> Raised | No
     except Exception as exc:
         return capture(exc, time.monotonic() - start)
     return None
+
+
+@dataclass(frozen=True)
+class NotAsked:
+    """What the adapter said instead of its engine (an ``EngineNotAsked``): no answer at all.
+
+    Equal to no bool and to no :class:`Raised`, so a check that wants ``False`` or an error
+    does not hold on it: an engine without the surface never meets a clause about it (the
+    message, shown as the check's "got", names the surface).  A check of another clause
+    tests ``isinstance(x, NotAsked)`` and judges what the engine did answer.
+    """
+
+    message: str
+
+    def __str__(self) -> str:
+        return f"no answer from the engine (the adapter's report: {self.message})"
+
+    __repr__ = __str__
+
+
+def asked(fn: Callable[..., object], *args: Any) -> Raised | NotAsked | None:
+    """:func:`attempt`, but an adapter's ``EngineNotAsked`` is returned as :class:`NotAsked`
+    instead of ending the test: for a call whose non-answer decides only part of it."""
+    try:
+        return attempt(fn, *args)
+    except EngineNotAsked as exc:
+        return NotAsked(str(exc))
+
+
+def initialized(bcast: Any) -> bool | NotAsked:
+    """``bcast.is_initialized()``, or :class:`NotAsked` where the adapter keeps that state
+    itself (the engine has no not-initialized state: it raises ``EngineNotAsked``)."""
+    try:
+        return bool(bcast.is_initialized())
+    except EngineNotAsked as exc:
+        return NotAsked(str(exc))
 
 
 def timed(fn: Callable[..., object], *args: Any) -> tuple[Raised | None, float]:
@@ -446,7 +482,7 @@ def staged_elsewhere(cid: str, holds: object, what: str, other: str) -> bool:
     """
     if holds:
         return True
-    record_unjudged(cid, Verdict.NOT_TESTED, f"not staged by this test ({what}); {other} stages it")
+    record_unjudged(cid, Verdict.NOT_TESTED, f"{STAGED_ELSEWHERE} ({what}); {other} stages it")
     return False
 
 

@@ -28,7 +28,7 @@ def _probe(impl):
     generation = getattr(bcast, "generation", None) if "generation" in impl.capabilities else 0
     return (
         members,
-        bcast.is_initialized(),
+        s.initialized(bcast),
         promised,
         type(generation).__name__,
         (
@@ -49,8 +49,11 @@ def test_factory_returns_the_four_members(tpbcast_run, tpbcast_impl):
     )
     s.check(
         "ADAPT-1",
-        initialized is False,
-        "a fresh object is not initialized (is_initialized() is False)",
+        # An engine without that state answers through the contract's one way for it
+        # (EngineNotAsked): INIT-12 judges the engine, this the adapter's shape.
+        initialized is False or isinstance(initialized, s.NotAsked),
+        "a fresh object is not initialized (is_initialized() is False, or says the engine "
+        "has no such state)",
         initialized,
     )
 

@@ -6,6 +6,11 @@ decision; the same adapter refusing with a plain ``ValueError`` (its mutant: the
 passed off as the engine's) gets INIT-1 PASS.  Both run the real suite's INIT-1 tests in a
 subprocess, so the suite's ``attempt``/``_watch.Call`` and the verdict rules are what is
 judged, not a stand-in.
+
+An engine with no not-initialized state (its adapter keeps that state, and says so with
+``EngineNotAsked(..., "lifecycle")``) FAILs the clauses about that state, BCAST-2, RESET-4
+and INIT-12; the mutant adapter answering from its own bookkeeping gets them PASS, which is
+exactly what the contract's one way to say "never asked" exists to prevent.
 """
 
 from __future__ import annotations
@@ -62,7 +67,77 @@ def make():
     ids=["says-engine-not-asked", "mutant-passes-its-own-check-off"],
 )
 def test_an_adapter_that_validates_for_its_engine_earns_no_pass(tmp_path, refusal, verdict):
-    (tmp_path / "checking_adapter.py").write_text(textwrap.dedent(_ADAPTER.format(refusal=refusal)))
+    clauses = _run_suite(tmp_path, _ADAPTER.format(refusal=refusal), "INIT-1")
+    assert clauses["INIT-1"]["verdict"] == verdict, clauses["INIT-1"]
+    if verdict == "UNSUPPORTED":
+        assert "the engine was never asked" in clauses["INIT-1"]["message"]
+
+
+_STATELESS_ADAPTER = '''
+from tpbcast.harness.adapter import EngineNotAsked
+from tpbcast.reference_impl.conformance_adapter import make as make_engine
+
+SAYS_SO = {says_so!r}
+
+
+class StatelessAdapter:
+    """Over an engine with no not-initialized state (an object exists only while it is
+    initialized, as vLLM's queue): the adapter keeps the state the contract asks about."""
+
+    name = "stateless adapter"
+
+    def __init__(self):
+        self._engine = None
+
+    def _no_state(self, what):
+        if SAYS_SO:
+            raise EngineNotAsked(what, "the engine has no such state", "the engine", "lifecycle")
+
+    def initialize(self, rank, world_size, base_path):
+        engine = make_engine()
+        engine.initialize(rank, world_size, base_path)
+        self._engine = engine
+
+    def broadcast(self, buffer, root=0):
+        if self._engine is None:
+            self._no_state("not_initialized")
+            raise RuntimeError("not initialized (the adapter's bookkeeping)")
+        self._engine.broadcast(buffer, root)
+
+    def reset(self):
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.reset()
+
+    def is_initialized(self):
+        self._no_state("is_initialized")
+        return self._engine is not None
+
+
+def make():
+    return StatelessAdapter()
+'''
+
+
+@pytest.mark.parametrize(
+    ("says_so", "verdict"),
+    [(True, "FAIL"), (False, "PASS")],
+    ids=["says-engine-has-no-state", "mutant-answers-from-its-own-bookkeeping"],
+)
+def test_an_engine_without_a_lifecycle_fails_the_clauses_about_it(tmp_path, says_so, verdict):
+    """BCAST-2, RESET-4 and INIT-12 are about the not-initialized state (``about``): an
+    engine that has none FAILs them, never UNSUPPORTED and never PASS by the adapter's
+    bookkeeping; the mutant that passes its bookkeeping off as the engine's gets PASS."""
+    clauses = _run_suite(
+        tmp_path, _STATELESS_ADAPTER.format(says_so=says_so), "INIT-12,BCAST-2,RESET-4"
+    )
+    for cid in ("INIT-12", "BCAST-2", "RESET-4"):
+        assert clauses[cid]["verdict"] == verdict, clauses[cid]
+
+
+def _run_suite(tmp_path, source, clauses):
+    """The real suite on ``clauses`` against the adapter in ``source``: its clause records."""
+    (tmp_path / "suite_adapter.py").write_text(textwrap.dedent(source))
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run(
@@ -70,8 +145,8 @@ def test_an_adapter_that_validates_for_its_engine_earns_no_pass(tmp_path, refusa
             sys.executable,
             "-m",
             "tpbcast.conformance",
-            "--tpbcast-impl=checking_adapter:make",
-            "--clauses=INIT-1",
+            "--tpbcast-impl=suite_adapter:make",
+            f"--clauses={clauses}",
             f"--report-dir={out}",
             "-n",
             "0",
@@ -85,7 +160,4 @@ def test_an_adapter_that_validates_for_its_engine_earns_no_pass(tmp_path, refusa
     )
     report = out / "conformance.json"
     assert report.exists(), proc.stdout + proc.stderr
-    clauses = {c["id"]: c for c in json.loads(report.read_text())["clauses"]}
-    assert clauses["INIT-1"]["verdict"] == verdict, proc.stdout
-    if verdict == "UNSUPPORTED":
-        assert "the engine was never asked" in clauses["INIT-1"]["message"]
+    return {c["id"]: c for c in json.loads(report.read_text())["clauses"]}

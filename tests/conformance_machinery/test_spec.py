@@ -271,6 +271,12 @@ def test_unknown_capability_is_rejected(tmp_path: Path) -> None:
         load_spec(_registry(tmp_path, bad))
 
 
+def test_unknown_engine_surface_is_rejected(tmp_path: Path) -> None:
+    bad = _clause("WIRE-2") + 'about = ["telepathy"]\n'
+    with pytest.raises(SpecError, match="unknown engine surface 'telepathy'"):
+        load_spec(_registry(tmp_path, bad))
+
+
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     path = _registry(tmp_path, _clause("WIRE-1"), _clause("INIT-2", level="SHALL"))
     with pytest.raises(SpecError) as info:

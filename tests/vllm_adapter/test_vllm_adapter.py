@@ -73,8 +73,18 @@ def test_what_vllm_has_a_place_for_is_vllms_answer(tmp_path):
     assert "Invalid src rank (1)" in str(info.value)
     alone.broadcast(bytearray(1))  # root 0: vLLM's bypass for a group of one
     alone.initialize(0, 1, str(tmp_path / "one"))  # asked again: built again (nothing at 1)
-    assert alone.is_initialized()
+    alone.broadcast(bytearray(1))  # the re-built group of one still broadcasts
     alone.reset()
+
+
+def test_is_initialized_is_never_the_adapters_answer():
+    """vLLM has no initialized state to ask; the adapter's own bookkeeping would earn vLLM
+    INIT-12's PASS, so the contract's member says the engine was never asked."""
+    bcast = adapter.VllmBroadcaster()
+    with pytest.raises(EngineNotAsked) as info:
+        bcast.is_initialized()
+    assert info.value.surface == "lifecycle"
+    assert "vLLM's MessageQueue has no initialized state" in str(info.value)
 
 
 @pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed (nox -s ecosystem installs it)")

@@ -16,9 +16,9 @@ or ``create_from_handle(handle, rank)``; a second ``initialize`` builds the queu
 ``root`` other than 0, and any broadcast at world size 1, first goes through SGLang's own
 ``GroupCoordinator.broadcast_object`` (its ``src`` assertions, its bypass for a group of
 one) on a coordinator holding this queue.  The adapter answers (``EngineNotAsked``) only
-where SGLang has no place: a broadcast before ``initialize`` or after ``reset``
-(``lifecycle``), the caller's buffers (``receive_buffers``), a handle file of another
-group (``process_group``).
+where SGLang has no place: ``is_initialized`` and a broadcast before ``initialize`` or
+after ``reset`` (``lifecycle``), the caller's buffers (``receive_buffers``), a handle file
+of another group (``process_group``).
 
 - ``initialize``: rank 0 ``MessageQueue(n_reader=n-1, n_local_reader=n-1,
   local_reader_ranks=[1..n-1], 1 << 22, 6)``, handle file, ``wait_until_ready()``, file
@@ -205,7 +205,16 @@ class SglangMessageQueue:
             remove_if_ours(path, entry)
 
     def is_initialized(self) -> bool:
-        return self._queue is not None
+        """SGLang has no such state to ask (a queue exists only while initialized): the
+        answer would be the adapter's bookkeeping, so it is ``EngineNotAsked``."""
+        from .adapter import not_asked
+
+        raise not_asked(
+            "is_initialized",
+            f"rank {self._rank}: SGLang's MessageQueue has no initialized state to ask (the "
+            f"adapter {'holds' if self._queue is not None else 'holds no'} queue)",
+            "lifecycle",
+        )
 
 
 def make() -> SglangMessageQueue:

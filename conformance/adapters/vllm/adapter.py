@@ -32,10 +32,11 @@ is torn down as ``reset`` does); a ``root`` other than 0, and any broadcast at w
 assertions and its world-size-1 bypass, on a coordinator holding this queue).
 
 Only where vLLM has no place at all does the adapter answer, raising ``EngineNotAsked``
-with the surface vLLM lacks (UNSUPPORTED, never PASS): ``lifecycle`` (a broadcast before
-``initialize`` or after ``reset``: ``GroupCoordinator.destroy`` drops the queue, no object
-is left to ask), ``receive_buffers`` (a read-only or non-contiguous peer buffer, an object
-of another size or kind than the buffer: vLLM delivers objects), ``process_group`` (a base
+with the surface vLLM lacks (never PASS): ``lifecycle`` (``is_initialized``, and a broadcast
+before ``initialize`` or after ``reset``: ``GroupCoordinator.destroy`` drops the queue, no
+object is left to ask; the clauses about that state, BCAST-2, RESET-4 and INIT-12, FAIL),
+``receive_buffers`` (a read-only or non-contiguous peer buffer, an object of another size
+or kind than the buffer: vLLM delivers objects; BCAST-11 FAILs), ``process_group`` (a base
 path that cannot name the handle file, non-int ranks, a handle file of another world size:
 the handle file stands in for vLLM's process group), ``deadline_settings`` (a negative
 deadline).
@@ -417,7 +418,14 @@ class VllmBroadcaster:
         del queue  # GroupCoordinator.destroy: self.mq_broadcaster = None
 
     def is_initialized(self) -> bool:
-        return self._config is not None
+        """vLLM has no such state to ask (a queue exists only while initialized): the answer
+        would be the adapter's bookkeeping, so it is ``EngineNotAsked``."""
+        held = "holds" if self._config is not None else "holds no"
+        raise _not_asked(
+            "is_initialized",
+            f"vLLM's MessageQueue has no initialized state to ask (the adapter {held} queue)",
+            "lifecycle",
+        )
 
 
 def make() -> VllmBroadcaster:
