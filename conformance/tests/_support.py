@@ -127,6 +127,13 @@ class NotAsked:
 
     message: str
 
+    def __bool__(self) -> bool:
+        # Truthy by default, "not x" would read as "said False" where it means "no answer".
+        raise TypeError(
+            "NotAsked has no truth value: judge it with says_initialized/says_uninitialized, "
+            "or compare 'is False' where the state itself is the clause's subject"
+        )
+
     def __str__(self) -> str:
         return f"no answer from the engine (the adapter's report: {self.message})"
 
@@ -149,6 +156,18 @@ def initialized(bcast: Any) -> bool | NotAsked:
         return bool(bcast.is_initialized())
     except EngineNotAsked as exc:
         return NotAsked(str(exc))
+
+
+def says_initialized(initialized: bool | NotAsked) -> bool:
+    """:func:`initialized` said True, or the engine has no such state to ask: for a clause
+    other than INIT-12 and RESET-4, whose subject that state is (there NotAsked FAILs)."""
+    return initialized is True or isinstance(initialized, NotAsked)
+
+
+def says_uninitialized(initialized: bool | NotAsked) -> bool:
+    """:func:`initialized` said False, or the engine has no such state to ask (as
+    :func:`says_initialized`)."""
+    return initialized is False or isinstance(initialized, NotAsked)
 
 
 def timed(fn: Callable[..., object], *args: Any) -> tuple[Raised | None, float]:
@@ -340,13 +359,15 @@ def wait_until_blocked(thread: Any, timeout: float = 10.0) -> bool:
     the thread and sleep 0.2 s", which on a loaded machine may fire before the call has
     even begun, so the test would judge something else.  Returns False at ``timeout``.
     """
-    tid = thread.native_id
+    return wait_for(lambda: blocked_in_kernel(thread), timeout)
 
-    def blocked() -> bool:
-        seen = observe.thread_wait(tid)
-        return seen is not None and seen[0] == "S" and "futex" not in seen[1]
 
-    return wait_for(blocked, timeout)
+def blocked_in_kernel(thread: Any) -> bool:
+    """``thread`` sleeps in the kernel on something other than a lock (in I/O, a poll, a
+    timed sleep between retries): inside a call that waits, as :func:`wait_until_blocked`
+    says."""
+    seen = observe.thread_wait(thread.native_id)
+    return seen is not None and seen[0] == "S" and "futex" not in seen[1]
 
 
 def group_roundtrip(

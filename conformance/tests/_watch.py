@@ -360,7 +360,8 @@ class Call:
                 self._out["end"] = end
                 self._end.set()
 
-        threading.Thread(target=run, daemon=True, name="tpbcast-call").start()
+        self.thread = threading.Thread(target=run, daemon=True, name="tpbcast-call")
+        self.thread.start()
 
     @property
     def done(self) -> bool:

@@ -254,7 +254,7 @@ def test_size_mismatch_fails_every_rank_and_is_terminal(tpbcast_run, tpbcast_imp
         size = sizes[ctx.rank]
         first = s.attempt(bcast.broadcast, bytearray(b"\x01" * size))
         ctx.sync("first")
-        initialized = bcast.is_initialized()
+        initialized = s.initialized(bcast)
         again = s.attempt(bcast.broadcast, bytearray(size))
         zero = s.attempt(bcast.broadcast, bytearray())
         s.attempt(bcast.initialize, ctx.rank, ctx.world_size, ctx.base_path)
@@ -291,7 +291,7 @@ def test_size_mismatch_fails_every_rank_and_is_terminal(tpbcast_run, tpbcast_imp
             continue
         s.check(
             "FRAME-12",
-            initialized,
+            s.says_initialized(initialized),
             "is_initialized() stays true after the failure",
             initialized,
             rank=r,

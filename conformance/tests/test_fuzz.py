@@ -113,7 +113,7 @@ def _impl_rank(ctx, impl, rank, *, world, deadlines, size, gate=None):
         init.wait(RETRY_GRACE)
     if not init.done:
         return ImplSeen(init.ended())  # still inside: never touch it again
-    initialized = bcast.is_initialized()
+    initialized = s.initialized(bcast)
     ended = init.ended()
     bcast_ended, digest = None, None
     if ended.raised is None:
@@ -390,7 +390,7 @@ def _judge_bad_peer(case, root, peer1, rogue: PeerSeen, *, timed, checks):
         checks.append(
             Judged(
                 cid,
-                root.init.failed and not root.initialized,
+                root.init.failed and s.says_uninitialized(root.initialized),
                 f"{what} makes rank 0's initialize fail",
                 f"{root.init}; is_initialized() {root.initialized}",
                 0,
@@ -656,7 +656,7 @@ def _judge_link(rank, link: LinkCase, peer: ImplSeen, *, want, timed, checks):
         checks.append(
             Judged(
                 "WIRE-5",
-                init.failed and not peer.initialized,
+                init.failed and s.says_uninitialized(peer.initialized),
                 f"without a probe (the root then {'stalls' if stall else 'closes'}), a peer's "
                 "initialize fails",
                 f"{init}; is_initialized() {peer.initialized}",
@@ -679,7 +679,7 @@ def _judge_link(rank, link: LinkCase, peer: ImplSeen, *, want, timed, checks):
         checks.append(
             Judged(
                 "INIT-10",
-                init.failed and not peer.initialized,
+                init.failed and s.says_uninitialized(peer.initialized),
                 f"probe 0x{link.probe:02x} fails the peer's initialize",
                 f"{init}; is_initialized() {peer.initialized}",
                 rank,

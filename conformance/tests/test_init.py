@@ -196,7 +196,7 @@ def test_world_size_one_creates_no_socket(tpbcast_run, tpbcast_impl):
         before, listing = s.socket_fds(), s.entries(ctx.workdir)
         bcast = s.make(tpbcast_impl)
         bcast.initialize(0, 1, ctx.base_path)
-        initialized = bcast.is_initialized()
+        initialized = s.initialized(bcast)
         buf = bytearray(b"unchanged")
         raised = s.attempt(bcast.broadcast, buf)
         after = (s.socket_fds(bcast) == before, s.entries(ctx.workdir) == listing)
@@ -204,7 +204,12 @@ def test_world_size_one_creates_no_socket(tpbcast_run, tpbcast_impl):
         return initialized, after, raised, bytes(buf)
 
     initialized, (same_fds, same_files), raised, buf = tpbcast_run(target, 1).outcomes[0].value
-    s.check("INIT-3", initialized, "initialize(0, 1, path) leaves it initialized", initialized)
+    s.check(
+        "INIT-3",
+        s.says_initialized(initialized),
+        "initialize(0, 1, path) leaves it initialized",
+        initialized,
+    )
     s.check(
         "INIT-3",
         same_fds and same_files,
@@ -235,7 +240,7 @@ def test_identical_reinit_is_a_noop(tpbcast_run, tpbcast_impl, world):
         # tell a re-init's side effect apart: observe 0.3 s of no call before judging.
         churns = not same and s.wait_for(lambda: s.socket_fds(bcast) != after, 0.3)
         digest = _check_group(ctx, bcast) if world > 1 else None
-        initialized = bcast.is_initialized()
+        initialized = s.initialized(bcast)
         bcast.reset()
         return call.ended(), None if churns else same, digest, initialized
 
@@ -245,7 +250,7 @@ def test_identical_reinit_is_a_noop(tpbcast_run, tpbcast_impl, world):
         rank = outcome.rank
         s.check(
             "INIT-4",
-            ended.done and ended.raised is None and initialized,
+            ended.done and ended.raised is None and s.says_initialized(initialized),
             f"identical re-init on rank {rank} (world {world}) returns and keeps it initialized",
             f"{ended}; is_initialized() {initialized}",
             rank=rank,
@@ -303,7 +308,7 @@ def test_different_reinit_raises_and_keeps_the_group(tpbcast_run, tpbcast_impl):
                 # Busy in a bootstrap it should never have started: it cannot be asked
                 # anything more (the other rank's broadcast then ends at our exit).
                 return tries, None, None
-        initialized = bcast.is_initialized()
+        initialized = s.initialized(bcast)
         group = _watch.Call(_check_group, ctx, bcast)
         group.wait(s.GROUP_TIMEOUT / 2)
         digest = group.ended().value
@@ -329,7 +334,7 @@ def test_different_reinit_raises_and_keeps_the_group(tpbcast_run, tpbcast_impl):
             continue  # a re-init was left blocked: judged above
         s.check(
             "INIT-5",
-            initialized,
+            s.says_initialized(initialized),
             "the existing group stays initialized",
             f"is_initialized() {initialized}",
             rank=rank,
@@ -392,7 +397,7 @@ def _rank0_against_rogues(tpbcast_impl, rogues, world, init=3.0):
             call = _watch.Call(bcast.initialize, 0, world, ctx.base_path)
             if not call.wait(s.OBSERVE + s.MARGIN):
                 return call.ended(), None
-            state = bcast.is_initialized()
+            state = s.initialized(bcast)
             bcast.reset()
             return call.ended(), state
         return rogues[ctx.rank](ctx)
@@ -407,7 +412,7 @@ def _check_rejected(result, cid, what, *, name=None):
         s.fault_happened(cid, report.did("send"), report.actions)
     s.check(
         cid,
-        ended.failed and not initialized,
+        ended.failed and s.says_uninitialized(initialized),
         f"rank 0's initialize fails on {what}",
         f"{ended}; is_initialized() {initialized}",
         rank=0,
@@ -493,7 +498,7 @@ def test_rank0_rejects_duplicate_rank(tpbcast_run, tpbcast_impl):
     )
     s.check(
         "INIT-8",
-        ended.failed and not initialized,
+        ended.failed and s.says_uninitialized(initialized),
         "rank 0's initialize fails once a second connection announces rank 1",
         f"{ended}; is_initialized() {initialized}",
         rank=0,
@@ -548,7 +553,7 @@ def test_truncated_or_garbage_handshake_fails_cleanly(tpbcast_run, tpbcast_impl,
     s.fault_happened("INIT-9", report.did("connect"), report.actions)
     s.check(
         "INIT-9",
-        ended.failed and not initialized,
+        ended.failed and s.says_uninitialized(initialized),
         f"a {report.behaviour} peer makes rank 0's initialize fail",
         f"{ended}; is_initialized() {initialized}",
         rank=0,
@@ -572,7 +577,7 @@ def test_peer_accepts_only_probe_0x5a(tpbcast_run, tpbcast_impl, probe):
             return rogue_root("wrong_probe", probe=probe, observe=s.OBSERVE)(ctx)
         bcast = s.make(tpbcast_impl, init=10.0, connect=10.0)
         raised = s.attempt(bcast.initialize, 1, 2, ctx.base_path)
-        return raised, bcast.is_initialized()
+        return raised, s.initialized(bcast)
 
     result = tpbcast_run(target, 2, timeout=s.GROUP_TIMEOUT)
     report = result.outcomes[0].value
@@ -584,7 +589,7 @@ def test_peer_accepts_only_probe_0x5a(tpbcast_run, tpbcast_impl, probe):
     raised, initialized = result.outcomes[1].value
     s.check(
         "INIT-10",
-        raised is not None and not initialized,
+        raised is not None and s.says_uninitialized(initialized),
         f"a peer given probe 0x{probe:02x} fails and is not initialized",
         f"{raised}; is_initialized() {initialized}",
         rank=1,
@@ -618,7 +623,7 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
     def target(ctx):
         if ctx.rank == 0:
             bcast = s.make(tpbcast_impl, init=10.0)
-            state0 = bcast.is_initialized()
+            state0 = s.initialized(bcast)
             before = s.fd_table()
             call = _watch.Call(bcast.initialize, 0, 2, ctx.base_path)
             if not call.wait(s.OBSERVE + s.MARGIN):
@@ -627,7 +632,7 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
                 ctx.notify("cleaned")
                 return call.ended(), None, None, None
             clean = (
-                bcast.is_initialized(),
+                s.initialized(bcast),
                 s.new_fds(before, bcast),
                 s.kind_of(wire.socket_path(ctx.base_path)),
             )
@@ -635,10 +640,10 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
                 bcast.reset()  # it took rank 9: no fault to clean up after (judged below)
             ctx.notify("cleaned")
             bcast.initialize(0, 2, ctx.base_path)
-            state1 = bcast.is_initialized()
+            state1 = s.initialized(bcast)
             digest = _check_group(ctx, bcast)
             bcast.reset()
-            return call.ended(), clean, digest, (state0, state1, bcast.is_initialized())
+            return call.ended(), clean, digest, (state0, state1, s.initialized(bcast))
         report = rogue_peer("announce", rank=9, observe=s.OBSERVE)(ctx)
         ctx.wait("cleaned", timeout=s.OBSERVE + s.MARGIN + 5)
         if os.path.exists(os.path.join(ctx.workdir, "no_retry")):
@@ -657,7 +662,7 @@ def test_failed_initialize_cleans_up_and_retry_works_root(tpbcast_run, tpbcast_i
         f"rank 0's initialize against a peer announcing rank 9 did not fail ({ended})",
     )
     initialized, leaked, leftover = clean
-    s.check("INIT-12", not initialized, "false after a failed initialize", initialized, rank=0)
+    s.check("INIT-12", initialized is False, "false after a failed initialize", initialized, rank=0)
     s.check("INIT-11", not leaked, "every fd it opened is closed", leaked, rank=0)
     s.check("INIT-11", leftover == "missing", "the socket file is removed", leftover, rank=0)
     want = _check_group_want(result.seed)
@@ -692,7 +697,7 @@ def test_failed_initialize_cleans_up_and_retry_works_peer(tpbcast_run, tpbcast_i
         bcast = s.make(tpbcast_impl, connect=10.0, init=10.0)
         before = s.fd_table()
         raised = s.attempt(bcast.initialize, 1, 2, ctx.base_path)
-        clean = bcast.is_initialized(), s.new_fds(before, bcast)
+        clean = s.initialized(bcast), s.new_fds(before, bcast)
         if raised is None:
             bcast.reset()  # it took the wrong probe: no fault to clean up after
         ctx.wait("rogue_gone", timeout=15)
@@ -706,7 +711,7 @@ def test_failed_initialize_cleans_up_and_retry_works_peer(tpbcast_run, tpbcast_i
     s.fault_happened("INIT-11", raised is not None, "the peer took a wrong probe")
     s.check(
         "INIT-11",
-        not initialized and not leaked,
+        s.says_uninitialized(initialized) and not leaked,
         "a failed peer initialize leaves no fd and is uninitialized",
         f"is_initialized() {initialized}, fds left open {leaked}",
         rank=1,
@@ -935,7 +940,7 @@ def test_silent_connection_does_not_delay_rejecting_a_bad_one(tpbcast_run, tpbca
             entered = time.monotonic()  # CLOCK_MONOTONIC is host-wide: stamps compare
             raised = s.attempt(bcast.initialize, 0, 3, ctx.base_path)
             failed_at = time.monotonic()
-            initialized = bcast.is_initialized()
+            initialized = s.initialized(bcast)
             bcast.reset()
             return raised, initialized, entered, failed_at
         if ctx.rank == 1:
@@ -965,7 +970,7 @@ def test_silent_connection_does_not_delay_rejecting_a_bad_one(tpbcast_run, tpbca
     )
     if not s.check(
         "INIT-17",
-        raised is not None and not initialized,
+        raised is not None and s.says_uninitialized(initialized),
         "rank 0's initialize fails",
         (raised, initialized),
         rank=0,

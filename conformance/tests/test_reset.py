@@ -90,7 +90,7 @@ def test_reset_closes_fds_removes_socket_and_uninitializes(tpbcast_run, tpbcast_
         )
         s.check(
             "RESET-4",
-            not initialized,
+            initialized is False,
             "after reset is_initialized() is false",
             initialized,
             rank=outcome.rank,
