@@ -19,6 +19,7 @@ from ._results import (
     ImplementationInfo,
     SuiteResult,
     Verdict,
+    counted_checks,
     exit_status,
 )
 from .spec import DEFAULT_TRANSPORT, Spec, default_spec
@@ -169,11 +170,15 @@ def suite_from_json(doc: Mapping[str, Any], spec: Spec | None = None) -> SuiteRe
     for check in checks:
         for cid in check.clause_ids:
             by_clause.setdefault(cid, []).append(check)
+    transport = impl.get("transport", DEFAULT_TRANSPORT)
     clauses = tuple(
         ClauseResult(
             clause=spec[c["id"]],
             verdict=Verdict(c["verdict"]),
-            checks=tuple(by_clause.get(c["id"], ())),
+            # The checks as the run counted them (the raw ones are kept in ``checks``).
+            checks=tuple(
+                counted_checks(spec[c["id"]].for_transport(transport), by_clause.get(c["id"], ()))
+            ),
             expected=Verdict(c["expected"]["verdict"]) if c.get("expected") else None,
             expected_reason=c["expected"]["reason"] if c.get("expected") else "",
             expected_also=tuple(Verdict(v) for v in (c.get("expected") or {}).get("also", ())),
@@ -187,7 +192,7 @@ def suite_from_json(doc: Mapping[str, Any], spec: Spec | None = None) -> SuiteRe
             name=impl.get("name", "unknown"),
             version=impl.get("version", ""),
             capabilities=frozenset(impl.get("capabilities", ())),
-            transport=impl.get("transport", DEFAULT_TRANSPORT),
+            transport=transport,
         ),
         spec_label=doc["spec"],
         clauses=clauses,

@@ -14,6 +14,12 @@ checks -> NOT_TESTED; only NOT_APPLICABLE checks (every test of the clause stage
 through another transport) -> UNSUPPORTED, "not staged on this transport"; else PASS.  A check
 whose own verdict is NOT_TESTED (deselected, not run) counts as absent.
 
+Before folding, each check is counted for its clause (:func:`counted_checks`): an adapter's
+``EngineNotAsked`` naming a surface the clause is about (``Clause.about``) is a FAIL (the
+engine lacks what the clause requires); and when every test of a clause deferred its
+staging to another ("not staged by this test", NOT_TESTED) or staged it through another
+transport, the deferrals are UNSUPPORTED: no test could stage the clause here.
+
 An optional behaviour observed to be absent (a MAY clause: "optional; if present it must
 work as described") is a PASS check whose message carries :data:`OPTIONAL_ABSENT`: the test
 staged the situation and saw the implementation not offer the option, which the clause
@@ -59,6 +65,7 @@ __all__ = [
     "Verdict",
     "aggregate",
     "aggregate_verdict",
+    "counted_checks",
     "exit_status",
     "is_optional_absent_message",
     "needs_of_message",
@@ -532,9 +539,7 @@ def aggregate(
                 unknown.append(cid)
     judged = {c.id: c.for_transport(impl.transport) for c in chosen}
     for cid, clause in judged.items():
-        by_clause[cid] = _staged_nowhere(
-            [_engine_lacks(clause, _absence_at(clause, check)) for check in by_clause[cid]]
-        )
+        by_clause[cid] = counted_checks(clause, by_clause[cid])
     results = tuple(
         ClauseResult(
             # The level this implementation is judged at (a per-transport override applied):
@@ -557,6 +562,14 @@ def aggregate(
         seed=seed,
         unknown_clause_ids=tuple(unknown),
     )
+
+
+def counted_checks(clause: Clause, checks: Iterable[CheckResult]) -> list[CheckResult]:
+    """``checks`` of ``clause`` as they count for it (the clause as judged for the
+    implementation's transport): an absent option (:func:`_absence_at`), an engine lacking
+    what the clause is about (:func:`_engine_lacks`), a clause no test could stage
+    (:func:`_staged_nowhere`).  One place, so a run and its JSON read back agree."""
+    return _staged_nowhere([_engine_lacks(clause, _absence_at(clause, c)) for c in checks])
 
 
 def _absence_at(clause: Clause, check: CheckResult) -> CheckResult:
@@ -601,7 +614,9 @@ def _staged_nowhere(checks: list[CheckResult]) -> list[CheckResult]:
     deferred = [
         c for c in checks if c.verdict is Verdict.NOT_TESTED and _ELSEWHERE_RE.match(c.message)
     ]
-    if not deferred or any(c.verdict is not Verdict.NOT_TESTED for c in checks):
+    # NOT_APPLICABLE checks (stagings through another transport) staged nothing either.
+    unstaged = (Verdict.NOT_TESTED, Verdict.NOT_APPLICABLE)
+    if not deferred or any(c.verdict not in unstaged for c in checks):
         return checks
     return [
         dataclasses.replace(

@@ -141,10 +141,13 @@ class EngineNotAsked(CapabilityMissing):
     ``exec:``); anything it decides on its own — an argument check, a re-init rule, a
     pre-check the engine's API cannot express, state it keeps for the engine — says nothing
     about the engine.  Raising this instead of the refusal a clause expects makes the check
-    UNSUPPORTED ("the engine was never asked"), never PASS and never FAIL: the suite's
-    ``attempt`` does not catch it as the implementation's answer.  So an adapter raises it
-    only where the engine's API has no place for the thing at all; where it has one, the
-    adapter passes the call on and the engine's own answer is judged.
+    UNSUPPORTED ("the engine was never asked"), never PASS: the suite's ``attempt`` does not
+    catch it as the implementation's answer.  The one exception is a clause *about* the
+    ``surface`` named (the clause registry's ``about``): the engine lacks what that clause
+    requires, and the clause FAILs.  So an adapter raises it only where the engine's API has
+    no place for the thing at all (``is_initialized`` included, where the engine has no such
+    state); where it has one, the adapter passes the call on and the engine's own answer is
+    judged.
 
     ``check`` names what the adapter decided (``rank_range``, ``reinit``, ``read_only_buffer``,
     ...), ``detail`` what it saw, ``engine`` what it stands in front of, ``surface`` (one of

@@ -140,34 +140,39 @@ class NotAsked:
     __repr__ = __str__
 
 
+def _unless_not_asked(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, or :class:`NotAsked` if an adapter raised ``EngineNotAsked``."""
+    try:
+        return fn(*args)
+    except EngineNotAsked as exc:
+        return NotAsked(str(exc))
+
+
 def asked(fn: Callable[..., object], *args: Any) -> Raised | NotAsked | None:
     """:func:`attempt`, but an adapter's ``EngineNotAsked`` is returned as :class:`NotAsked`
     instead of ending the test: for a call whose non-answer decides only part of it."""
-    try:
-        return attempt(fn, *args)
-    except EngineNotAsked as exc:
-        return NotAsked(str(exc))
+    result: Raised | NotAsked | None = _unless_not_asked(attempt, fn, *args)
+    return result
 
 
-def initialized(bcast: Any) -> bool | NotAsked:
-    """``bcast.is_initialized()``, or :class:`NotAsked` where the adapter keeps that state
-    itself (the engine has no not-initialized state: it raises ``EngineNotAsked``)."""
-    try:
-        return bool(bcast.is_initialized())
-    except EngineNotAsked as exc:
-        return NotAsked(str(exc))
+def initialized(bcast: Any) -> object:
+    """``bcast.is_initialized()`` as it answered (INIT-12 wants exactly ``False`` or
+    ``True``), or :class:`NotAsked` where the adapter keeps that state itself (the engine
+    has no not-initialized state: it raises ``EngineNotAsked``)."""
+    return _unless_not_asked(bcast.is_initialized)
 
 
-def says_initialized(initialized: bool | NotAsked) -> bool:
+def says_initialized(initialized: object) -> bool:
     """:func:`initialized` said True, or the engine has no such state to ask: for a clause
-    other than INIT-12 and RESET-4, whose subject that state is (there NotAsked FAILs)."""
-    return initialized is True or isinstance(initialized, NotAsked)
+    other than INIT-12 and RESET-4, whose subject that state is (there NotAsked FAILs).
+    A check whose only content is the state skips :class:`NotAsked` instead (nothing seen)."""
+    return isinstance(initialized, NotAsked) or bool(initialized)
 
 
-def says_uninitialized(initialized: bool | NotAsked) -> bool:
+def says_uninitialized(initialized: object) -> bool:
     """:func:`initialized` said False, or the engine has no such state to ask (as
     :func:`says_initialized`)."""
-    return initialized is False or isinstance(initialized, NotAsked)
+    return isinstance(initialized, NotAsked) or not initialized
 
 
 def timed(fn: Callable[..., object], *args: Any) -> tuple[Raised | None, float]:
@@ -491,15 +496,17 @@ def optional_present(cid: str, present: object, what: str) -> bool:
 
 
 def staged_elsewhere(cid: str, holds: object, what: str, other: str) -> bool:
-    """Record ``cid`` NOT_TESTED by this test ("staged by <other> instead: ...") unless
-    ``holds``; return ``bool(holds)``.
+    """Record ``cid`` NOT_TESTED by this test ("not staged by this test (<what>); <other>
+    stages it") unless ``holds``; return ``bool(holds)``.
 
     For a staging that rests on another clause the implementation does not meet (INIT-11's
     retry after a bad argument needs INIT-1's refusal first) when ``other``, a test that
     needs no such thing, stages the same clause: the clause is judged there, PASS or FAIL,
     instead of being UNSUPPORTED here (an UNSUPPORTED check outweighs every PASS and FAIL
     of the clause).  Never PASS: the test's implicit PASS of a clause with no check of its
-    own does not apply either.
+    own does not apply either.  Two stagings may defer to each other: when every test of
+    the clause deferred (or staged it through another transport), the clause is UNSUPPORTED,
+    not stageable on this implementation (``_results.counted_checks``).
     """
     if holds:
         return True

@@ -22,6 +22,9 @@ from tpbcast.harness.rogue import rogue_peer, rogue_root
 from . import _support as s
 from . import _watch
 
+_RESET = "test_reset.py::test_peer_sees_root_reset_as_closed"
+"""The other transport-neutral staging of FAULT-3 (a peer whose root resets)."""
+
 
 def _check_clean(raised, who, *, rank=None):
     """FAULT-3, judged on any closed-peer error a test provoked (cite FAULT-3 with it).
@@ -83,11 +86,11 @@ def test_dead_peer_never_kills_rank0_during_broadcast(tpbcast_run, tpbcast_impl,
     _check_lives_on(root, "FAULT-6", "rank 0's failure is an exception; its process lives on")
     # FAULT-3 reads an error's wording: without one there is nothing to read (no PASS).
     if not survived:
-        s.stageable("FAULT-3", False, f"rank 0 did not live on to raise ({root.summary()})")
+        s.staged_elsewhere("FAULT-3", False, f"rank 0 did not live on ({root.summary()})", _RESET)
         return
     raised = root.value
     if not s.check("FAULT-1", raised is not None, "rank 0's broadcast raises", None, rank=0):
-        s.stageable("FAULT-3", False, "rank 0's broadcast raised nothing (FAULT-1's subject)")
+        s.staged_elsewhere("FAULT-3", False, "rank 0's broadcast raised nothing", _RESET)
         return
     s.check("FAULT-1", s.mentions(raised, 2), "the error names peer 2", raised, rank=0)
     _check_clean(raised, "rank 0", rank=0)

@@ -77,7 +77,7 @@ class ImplSeen:
     """What an implementation rank saw of its own calls (picklable)."""
 
     init: _watch.Ended
-    initialized: bool | None = None
+    initialized: object = None  # s.initialized: a bool, or s.NotAsked
     bcast: _watch.Ended | None = None
     digest: str | None = None
     leaked: tuple[str, ...] | None = None

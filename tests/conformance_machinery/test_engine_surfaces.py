@@ -20,6 +20,7 @@ import pytest
 
 from tpbcast.conformance import CheckResult, ImplementationInfo, Verdict, aggregate, default_spec
 from tpbcast.conformance._checks import begin, end
+from tpbcast.conformance._report_json import json_document, suite_from_json
 from tpbcast.conformance._results import surfaces_of_message
 from tpbcast.conformance.tests import _support as s
 from tpbcast.harness import EngineNotAsked
@@ -95,6 +96,30 @@ def test_a_clause_every_test_deferred_is_unsupported_not_untested() -> None:
     assert both == {"INIT-11": Verdict.UNSUPPORTED}
     staged = CheckResult("t::b", ("INIT-11",), Verdict.PASS, message="INIT-11: held")
     assert _verdicts(_deferred("INIT-11", "t::b"), staged) == {"INIT-11": Verdict.PASS}
+    # A staging through another transport staged nothing either: the deferral's reason wins
+    # over the generic "not staged on this transport".
+    wire = CheckResult("t::w", ("INIT-11",), Verdict.NOT_APPLICABLE, message="uds-v1 rogue")
+    suite = aggregate(
+        default_spec(),
+        [_deferred("INIT-11", "t::b"), _deferred("INIT-11", "t::a"), wire],
+        implementation=_IMPL,
+    )
+    result = suite.clause("INIT-11")
+    assert result.verdict is Verdict.UNSUPPORTED
+    assert "its precondition did not hold" in result.deciding_check.message
+
+
+def test_the_json_read_back_counts_the_checks_as_the_run_did() -> None:
+    checks = [
+        CheckResult("t::x", ("BCAST-2",), Verdict.UNSUPPORTED, message=_lacks("lifecycle")),
+        _deferred("INIT-11", "t::b"),
+        _deferred("INIT-11", "t::a"),
+    ]
+    suite = aggregate(default_spec(), checks, implementation=_IMPL)
+    again = suite_from_json(json_document(suite), default_spec())
+    for cid in ("BCAST-2", "INIT-11"):
+        assert again.clause(cid).verdict is suite.clause(cid).verdict
+        assert again.clause(cid).checks == suite.clause(cid).checks
 
 
 class _NoLifecycle:

@@ -211,8 +211,8 @@ class SglangMessageQueue:
 
         raise not_asked(
             "is_initialized",
-            f"rank {self._rank}: SGLang's MessageQueue has no initialized state to ask (the "
-            f"adapter {'holds' if self._queue is not None else 'holds no'} queue)",
+            "SGLang's MessageQueue has no initialized state to ask (the adapter "
+            f"{'holds' if self._queue is not None else 'holds no'} queue)",
             "lifecycle",
         )
 
