@@ -19,7 +19,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from tpbcast.conformance._checks import (
     PreconditionError,
@@ -31,6 +31,8 @@ from tpbcast.conformance._results import STAGED_ELSEWHERE, Verdict
 from tpbcast.harness import CapabilityMissing, EngineNotAsked, observe
 from tpbcast.harness.rogue import rogue_peer
 from tpbcast.harness.runtime import WORKDIR_PREFIX, claim
+
+_T = TypeVar("_T")
 
 # Short deadlines keep fault tests fast; margins are generous because the machine may be
 # 4x oversubscribed (helper rules): an error must come within deadline + MARGIN and not
@@ -140,7 +142,7 @@ class NotAsked:
     __repr__ = __str__
 
 
-def _unless_not_asked(fn: Callable[..., Any], *args: Any) -> Any:
+def _unless_not_asked(fn: Callable[..., _T], *args: Any) -> _T | NotAsked:
     """``fn(*args)``, or :class:`NotAsked` if an adapter raised ``EngineNotAsked``."""
     try:
         return fn(*args)
@@ -151,8 +153,7 @@ def _unless_not_asked(fn: Callable[..., Any], *args: Any) -> Any:
 def asked(fn: Callable[..., object], *args: Any) -> Raised | NotAsked | None:
     """:func:`attempt`, but an adapter's ``EngineNotAsked`` is returned as :class:`NotAsked`
     instead of ending the test: for a call whose non-answer decides only part of it."""
-    result: Raised | NotAsked | None = _unless_not_asked(attempt, fn, *args)
-    return result
+    return _unless_not_asked(attempt, fn, *args)
 
 
 def initialized(bcast: Any) -> object:
