@@ -176,6 +176,15 @@ def says_uninitialized(initialized: object) -> bool:
     return isinstance(initialized, NotAsked) or not initialized
 
 
+def check_state(
+    cid: str, initialized: object, want: bool, sentence: str, *, rank: int | None = None
+) -> None:
+    """Check that :func:`initialized` answered ``want``, for a clause whose check is only
+    that state; skipped on :class:`NotAsked` (nothing was seen: INIT-12's subject)."""
+    if not isinstance(initialized, NotAsked):
+        check(cid, bool(initialized) is want, sentence, initialized, rank=rank)
+
+
 def timed(fn: Callable[..., object], *args: Any) -> tuple[Raised | None, float]:
     """:func:`attempt` plus the elapsed time either way."""
     start = time.monotonic()

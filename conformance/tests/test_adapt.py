@@ -51,7 +51,8 @@ def test_factory_returns_the_four_members(tpbcast_run, tpbcast_impl):
         "ADAPT-1",
         # An engine without that state answers through the contract's one way for it
         # (EngineNotAsked): INIT-12 judges the engine, this the adapter's shape.
-        initialized is False or isinstance(initialized, s.NotAsked),  # not says_*: a bool
+        # Exactly False: says_uninitialized would also let None or 0 through.
+        initialized is False or isinstance(initialized, s.NotAsked),
         "a fresh object is not initialized (is_initialized() is False, or says the engine "
         "has no such state)",
         initialized,

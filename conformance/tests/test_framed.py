@@ -289,14 +289,9 @@ def test_size_mismatch_fails_every_rank_and_is_terminal(tpbcast_run, tpbcast_imp
         )
         if first is None:
             continue
-        if not isinstance(initialized, s.NotAsked):  # no state to ask: INIT-12's subject
-            s.check(
-                "FRAME-12",
-                initialized,
-                "is_initialized() stays true after the failure",
-                initialized,
-                rank=r,
-            )
+        s.check_state(
+            "FRAME-12", initialized, True, "is_initialized() stays true after the failure", rank=r
+        )
         s.check(
             "FRAME-12",
             again is not None and zero is not None,
